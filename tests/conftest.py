@@ -1,0 +1,79 @@
+"""Shared fixtures: a tiny deterministic corpus, prepared char/BPE datasets and tiny checkpoints, all in temp dirs."""
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+WORDS = ("the king queen lord lady love death night day sweet fair good my thy thou art hath doth "
+         "sword crown heart blood war peace speak hear come go stay now here there what why").split()
+
+
+def make_text(n_chars=40000, seed=0):
+    """Shakespeare-ish lines of random words: enough structure for a tiny model to learn something."""
+    rng = random.Random(seed)
+    lines = []
+    while sum(len(l) + 1 for l in lines) < n_chars:
+        name = rng.choice(['KING', 'QUEEN', 'LORD', 'LADY'])
+        words = ' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 10)))
+        lines.append(f"{name}:\n{words.capitalize()}.\n")
+    return '\n'.join(lines)[:n_chars]
+
+
+def run_script(*args, env=None, timeout=600):
+    """Run a repository script as a user would; returns the CompletedProcess."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+
+
+@pytest.fixture(scope='session')
+def tiny_text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp('text') / 'tiny.txt'
+    path.write_text(make_text())
+    return str(path)
+
+
+@pytest.fixture(scope='session')
+def char_data(tmp_path_factory, tiny_text_file):
+    from data_loader import prepare_dataset
+    out = tmp_path_factory.mktemp('data') / 'tiny_char'
+    prepare_dataset('char', str(out), tiny_text_file)
+    return str(out)
+
+
+@pytest.fixture(scope='session')
+def bpe_data(tmp_path_factory, tiny_text_file):
+    from data_loader import prepare_dataset
+    out = tmp_path_factory.mktemp('data') / 'tiny_bpe'
+    prepare_dataset('bpe', str(out), tiny_text_file)
+    return str(out)
+
+
+TINY_MODEL = ['--n_layer=2', '--n_head=2', '--n_embd=32', '--block_size=32', '--batch_size=8', '--eval_iters=2',
+              '--device=cpu', '--compile=False', '--log_interval=10', '--warmup_iters=5', '--learning_rate=3e-3']
+
+
+def train_tiny(data_dir, out_dir, *extra):
+    result = run_script('train.py', f'--dataset={data_dir}', f'--out_dir={out_dir}', *TINY_MODEL, *extra)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope='session')
+def char_ckpt(tmp_path_factory, char_data):
+    """A tiny char generator trained for 150 iterations (it has learned the character statistics)."""
+    out = tmp_path_factory.mktemp('ckpt_char')
+    train_tiny(char_data, str(out), '--max_iters=150', '--lr_decay_iters=150', '--eval_interval=150')
+    return str(out / 'ckpt.pt')
+
+
+@pytest.fixture(scope='session')
+def bpe_ckpt(tmp_path_factory, bpe_data):
+    out = tmp_path_factory.mktemp('ckpt_bpe')
+    train_tiny(bpe_data, str(out), '--max_iters=10', '--eval_interval=10')
+    return str(out / 'ckpt.pt')

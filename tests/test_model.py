@@ -1,0 +1,148 @@
+import pytest
+import torch
+
+from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
+
+TINY = dict(block_size=16, vocab_size=50, n_layer=2, n_head=2, n_embd=16)
+
+
+def tiny(mode='generator', **kw):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**TINY, mode=mode, **kw)).eval()
+
+
+def test_config_defaults_match_nanogpt():
+    c = GPTConfig()
+    assert (c.block_size, c.vocab_size, c.n_layer, c.n_head, c.n_embd, c.dropout, c.bias, c.mode,
+            c.reward_head_hidden_dim) == (1024, 50304, 12, 12, 768, 0.0, True, 'generator', 256)
+
+
+def test_invalid_mode_raises():
+    with pytest.raises(ValueError, match="mode"):
+        GPT(GPTConfig(**TINY, mode='critic'))
+
+
+def test_generator_shapes_and_tied_head():
+    m = tiny()
+    idx = torch.randint(0, 50, (3, 10))
+    logits, loss = m(idx)
+    assert logits.shape == (3, 1, 50) and loss is None
+    logits, loss = m(idx, idx)
+    assert logits.shape == (3, 10, 50) and loss.ndim == 0
+    assert m.lm_head.weight is m.transformer.wte.weight
+    assert not hasattr(m, 'reward_head')
+
+
+@pytest.mark.parametrize('hidden', [1, 7, 256])
+def test_reward_head_shapes_probs_and_init(hidden):
+    m = tiny('reward', reward_head_hidden_dim=hidden)
+    assert m.reward_head[0].weight.shape == (hidden, 16) and m.reward_head[2].weight.shape == (2, hidden)
+    assert not hasattr(m, 'lm_head')
+    probs, loss = m(torch.randint(0, 50, (4, 12)))
+    assert probs.shape == (4, 2) and loss is None
+    assert torch.allclose(probs.sum(-1), torch.ones(4))
+    assert torch.allclose(probs, torch.full((4, 2), 0.5))  # zero-initialised output layer
+    # the hidden layer is He-initialised: its pre-activations are of unit scale whatever the width
+    feats = torch.randn(4096, 16)
+    std = m.reward_head[0](feats).std().item()
+    assert 0.9 < std / (2 ** 0.5) < 1.1 or hidden == 1
+
+
+def test_reward_forward_uses_last_token_and_mse():
+    m = tiny('reward')
+    torch.nn.init.normal_(m.reward_head[2].weight)  # make the head non-constant
+    idx = torch.randint(0, 50, (2, 8))
+    target = torch.tensor([[0.25, 0.75], [1.0, 0.0]])
+    probs, loss = m(idx, target)
+    assert torch.allclose(loss, ((probs - target) ** 2).mean())
+    assert torch.allclose(probs, m.reward_head(m.hidden_states(idx)[:, -1]))
+    changed = idx.clone()
+    changed[:, 0] = (changed[:, 0] + 1) % 50  # an earlier token changes the last token's state through attention
+    assert not torch.allclose(m(changed)[0], probs)
+
+
+def naive_greedy(m, idx, n):
+    for _ in range(n):
+        logits, _ = m(idx[:, -m.config.block_size:])
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
+@pytest.mark.parametrize('new_tokens', [5, 30])  # 30 goes beyond block_size: the context slides
+def test_kv_cache_generate_equals_naive_greedy(new_tokens):
+    m = tiny()
+    torch.nn.init.normal_(m.transformer.wte.weight, std=1.0)  # spread the logits: no near-ties
+    idx = torch.randint(0, 50, (4, 3))
+    assert torch.equal(m.generate(idx, new_tokens, top_k=1), naive_greedy(m, idx, new_tokens))
+
+
+def test_generate_per_row_prompt_lengths():
+    m = tiny()
+    torch.nn.init.normal_(m.transformer.wte.weight, std=1.0)
+    idx = torch.randint(0, 50, (3, 8))
+    lengths = torch.tensor([2, 8, 5])
+    out = m.generate(idx, 8, top_k=1, prompt_lengths=lengths)
+    assert out.shape == (3, 16)
+    for b in range(3):
+        L = int(lengths[b])
+        assert torch.equal(out[b, :L], idx[b, :L])  # the prompt is kept
+        assert torch.equal(out[b], naive_greedy(m, idx[b:b + 1, :L], 16 - L)[0])
+
+
+def test_generate_sampling_is_seeded():
+    m = tiny()
+    idx = torch.zeros(2, 1, dtype=torch.long)
+    a = m.generate(idx, 10, generator=torch.Generator().manual_seed(1))
+    b = m.generate(idx, 10, generator=torch.Generator().manual_seed(1))
+    c = m.generate(idx, 10, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def save(m, path, **kw):
+    save_checkpoint(str(path), m, iter_num=3, best_val_loss=1.5, config={'a': 1},
+                    tokenization={'method': 'char', 'vocab_size': 50, 'meta_path': None}, **kw)
+
+
+def test_checkpoint_is_plain_and_round_trips_both_modes(tmp_path):
+    idx = torch.randint(0, 50, (2, 10))
+    for mode in ('generator', 'reward'):
+        m = tiny(mode)
+        if mode == 'reward':
+            torch.nn.init.normal_(m.reward_head[2].weight)
+        save(m, tmp_path / f'{mode}.pt')
+        ckpt = torch.load(tmp_path / f'{mode}.pt', weights_only=True)
+        assert set(ckpt) >= {'model', 'model_args', 'iter_num', 'best_val_loss', 'config', 'tokenization'}
+        assert ckpt['model_args']['mode'] == mode and ckpt['iter_num'] == 3
+        m2 = GPT.from_checkpoint(str(tmp_path / f'{mode}.pt'))
+        assert m2.config.mode == mode and not m2.training
+        assert torch.equal(m(idx)[0], m2(idx)[0])
+
+
+def test_mode_switch_keeps_trunk_and_fresh_head(tmp_path):
+    g = tiny()
+    save(g, tmp_path / 'g.pt')
+    r = GPT.from_checkpoint(str(tmp_path / 'g.pt'), mode='reward', reward_head_hidden_dim=8)
+    for k, v in g.state_dict().items():
+        if k.startswith('transformer.'):
+            assert torch.equal(v, r.state_dict()[k])
+    assert r.reward_head[0].weight.shape == (8, 16)
+    assert torch.allclose(r(torch.randint(0, 50, (2, 5)))[0], torch.full((2, 2), 0.5))
+    save(r, tmp_path / 'r.pt')
+    g2 = GPT.from_checkpoint(str(tmp_path / 'r.pt'), mode='generator')
+    idx = torch.randint(0, 50, (2, 10))
+    assert torch.equal(g(idx, idx)[0], g2(idx, idx)[0])  # tied head follows the trunk's wte
+
+
+def test_from_checkpoint_fails_loudly_on_wrong_keys(tmp_path):
+    m = tiny()
+    save(m, tmp_path / 'g.pt')
+    ckpt = load_checkpoint(str(tmp_path / 'g.pt'))
+    ckpt['model']['transformer.extra.weight'] = torch.zeros(1)
+    with pytest.raises(ValueError, match="unexpected keys.*extra"):
+        GPT.from_checkpoint(ckpt)
+    ckpt['model'].pop('transformer.extra.weight')
+    ckpt['model'].pop('transformer.h.1.mlp.c_fc.weight')
+    with pytest.raises(ValueError, match="missing keys.*c_fc"):
+        GPT.from_checkpoint(ckpt)
+    with pytest.raises(ValueError, match="does not fit"):
+        GPT.from_checkpoint(str(tmp_path / 'g.pt'), n_embd=32)  # shapes differ

@@ -1,0 +1,40 @@
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model import GPT, GPTConfig, evaluate_perplexity
+from early_stopping import EarlyStopping
+
+
+def test_perplexity_matches_hand_computation():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=4, vocab_size=7, n_layer=1, n_head=1, n_embd=8)).eval()
+    torch.nn.init.normal_(m.transformer.wte.weight, std=1.0)
+    tokens = np.array([1, 3, 5, 2, 6, 0, 4, 4, 1, 2, 3], dtype=np.uint16)  # 10 predictions: windows 4, 4, 2
+    nll = []
+    for start in (0, 4, 8):
+        x = torch.tensor(tokens[start:start + 4].astype(np.int64))
+        n = min(4, len(tokens) - 1 - start)
+        for t in range(n):
+            logits, _ = m(x[None, :t + 1])  # the prediction for position t+1 from the window's own prefix
+            nll.append(-F.log_softmax(logits[0, -1], -1)[int(tokens[start + t + 1])].item())
+    ce, ppl = evaluate_perplexity(m, tokens, batch_size=1)
+    assert len(nll) == 10
+    assert math.isclose(ce, sum(nll) / 10, rel_tol=1e-5) and math.isclose(ppl, math.exp(ce), rel_tol=1e-9)
+    assert math.isclose(evaluate_perplexity(m, tokens, batch_size=5)[0], ce, rel_tol=1e-5)  # batching agnostic
+
+
+def test_early_stopping_helper():
+    es = EarlyStopping(patience=2, min_delta=0.1)
+    assert es.step(1.0) and not es.should_stop
+    assert not es.step(0.95)  # improvement smaller than min_delta
+    assert not es.should_stop
+    assert not es.step(0.99) and es.should_stop
+    es2 = EarlyStopping(patience=2, min_delta=0.1)
+    es2.load_state_dict(es.state_dict())
+    assert es2.should_stop and es2.best == 1.0
+    up = EarlyStopping(patience=1, mode='max')
+    assert up.step(0.1) and up.step(0.2) and not up.step(0.2) and up.should_stop
+    assert not EarlyStopping(patience=0).should_stop

@@ -1,0 +1,93 @@
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_script, train_tiny
+from model import GPT, evaluate_perplexity, load_checkpoint
+
+
+def test_train_resume_continues_iterations_and_optimizer(tmp_path, char_data):
+    out = tmp_path / 'run'
+    train_tiny(char_data, str(out), '--max_iters=20', '--eval_interval=10', '--lr_decay_iters=40')
+    ckpt = load_checkpoint(str(out / 'ckpt.pt'))
+    assert ckpt['iter_num'] == 20 and 'optimizer' in ckpt and ckpt['tokenization']['method'] == 'char'
+    r = train_tiny(char_data, str(out), '--max_iters=40', '--eval_interval=10', '--lr_decay_iters=40',
+                   '--init_from=resume')
+    assert 'step 20:' in r.stdout and 'step 0:' not in r.stdout
+    ckpt2 = load_checkpoint(str(out / 'ckpt.pt'))
+    assert ckpt2['iter_num'] == 40
+    assert ckpt2['optimizer']['state'][0]['step'] == 40  # AdamW state carried over, not restarted
+
+
+def test_training_lowers_val_loss_and_is_deterministic(tmp_path, char_data):
+    runs = []
+    for name in ('a', 'b'):
+        r = train_tiny(char_data, str(tmp_path / name), '--max_iters=30', '--eval_interval=30')
+        runs.append(r.stdout)
+    losses = [float(l.split('val loss ')[1].split(',')[0]) for l in runs[0].splitlines() if l.startswith('step')]
+    assert losses[-1] < losses[0] - 0.5
+    sd_a = load_checkpoint(str(tmp_path / 'a' / 'ckpt.pt'))['model']
+    sd_b = load_checkpoint(str(tmp_path / 'b' / 'ckpt.pt'))['model']
+    assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
+
+
+def test_early_stopping_triggers_and_state_is_saved(tmp_path, char_data):
+    out = tmp_path / 'es'
+    r = train_tiny(char_data, str(out), '--max_iters=200', '--eval_interval=5', '--patience=2', '--min_delta=100.0')
+    assert 'early stopping' in r.stdout
+    assert 'step 10:' in r.stdout and 'step 15:' not in r.stdout  # the first eval sets the best, 2 more fail
+    ckpt = load_checkpoint(str(out / 'ckpt.pt'))
+    assert ckpt['early_stopping']['bad_evals'] == 2
+
+
+def test_eval_only_reports_whole_split_perplexity(tmp_path, char_data, char_ckpt):
+    out = os.path.dirname(char_ckpt)
+    r = run_script('train.py', f'--dataset={char_data}', f'--out_dir={out}', '--init_from=resume', '--eval_only=True',
+                   '--eval_iters=2', '--device=cpu', '--block_size=32', '--batch_size=4')
+    assert r.returncode == 0, r.stderr
+    reported = float(r.stdout.split('val ppl ')[1].split()[0])
+    model = GPT.from_checkpoint(char_ckpt)
+    val = np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)
+    assert reported == pytest.approx(evaluate_perplexity(model, val, 32)[1], rel=1e-3)
+
+
+def test_bad_config_is_one_line_error(tmp_path, char_data):
+    r = run_script('train.py', f'--dataset={char_data}', '--n_layers=3')
+    assert r.returncode == 2 and "unknown config key 'n_layers'" in r.stderr and 'Traceback' not in r.stderr
+    r = run_script('train.py', f'--dataset={tmp_path}')
+    assert r.returncode == 2 and 'train.bin not found' in r.stderr and 'Traceback' not in r.stderr
+    r = run_script('train.py', f'--dataset={char_data}', '--batch_size=big')
+    assert r.returncode == 2 and '--batch_size expects a int' in r.stderr
+
+
+def test_ddp_two_processes_gloo(tmp_path, char_data):
+    out = tmp_path / 'ddp'
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py',
+                   f'--dataset={char_data}', f'--out_dir={out}', '--n_layer=1', '--n_head=2', '--n_embd=16',
+                   '--block_size=16', '--batch_size=4', '--eval_iters=2', '--max_iters=6', '--eval_interval=3',
+                   '--gradient_accumulation_steps=2', '--device=cpu', '--backend=gloo', '--compile=False',
+                   env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert load_checkpoint(str(out / 'ckpt.pt'))['iter_num'] == 6
+
+
+def test_sample_uses_checkpoint_tokenization(char_ckpt):
+    r = run_script('sample.py', f'--ckpt_path={char_ckpt}', '--start=KING:', '--num_samples=2', '--max_new_tokens=40',
+                   '--device=cpu')
+    assert r.returncode == 0, r.stderr
+    samples = r.stdout.split('---------------\n')
+    assert samples[0].startswith('KING:') and len(samples[0].rstrip('\n')) == 45
+    r2 = run_script('sample.py', f'--ckpt_path={char_ckpt}', '--start=KING:', '--num_samples=2', '--max_new_tokens=40',
+                    '--device=cpu')
+    assert r2.stdout == r.stdout  # seeded
+
+
+def test_bpe_checkpoint_trains_and_samples(bpe_ckpt):
+    ckpt = load_checkpoint(bpe_ckpt)
+    assert ckpt['tokenization'] == {'method': 'bpe', 'vocab_size': 50257, 'meta_path': None}
+    assert ckpt['model_args']['vocab_size'] == 50304
+    r = run_script('sample.py', f'--ckpt_path={bpe_ckpt}', '--start=The king', '--num_samples=1',
+                   '--max_new_tokens=5', '--device=cpu')
+    assert r.returncode == 0 and r.stdout.startswith('The king')

@@ -1,0 +1,260 @@
+"""
+Train a GPT generator with next-token loss: nanoGPT's train.py plus early stopping and held-out perplexity.
+
+single process:  python train.py config/train_shakespeare_char.py [--key=value ...]
+DDP on CPU:      torchrun --standalone --nproc_per_node=2 train.py config/train_shakespeare_char.py --device=cpu --backend=gloo
+evaluate only:   python train.py config/train_shakespeare_char.py --init_from=resume --eval_only=True
+"""
+
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+from configurator import UserError, config_defaults, configure, run_cli
+from early_stopping import EarlyStopping
+from model import GPT, GPTConfig, evaluate_perplexity, load_checkpoint, save_checkpoint
+from runtime import setup_runtime
+from tokenization_manager import TokenizationManager
+
+# -----------------------------------------------------------------------------
+# default config values (nanoGPT's names); override with config files and --key=value
+# I/O
+out_dir = 'out'
+eval_interval = 2000
+log_interval = 1
+eval_iters = 200
+eval_only = False  # evaluate (loss estimate and whole-split val perplexity), then exit
+always_save_checkpoint = True  # if False, save only when val loss improves
+init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), or the path of a generator checkpoint to start from
+# data
+dataset = 'shakespeare_char'  # a folder under data/, or any folder, holding train.bin and val.bin (+ meta.pkl)
+gradient_accumulation_steps = 1
+batch_size = 12
+block_size = 1024
+# model
+n_layer = 12
+n_head = 12
+n_embd = 768
+dropout = 0.0
+bias = True
+# adamw optimizer
+learning_rate = 6e-4
+max_iters = 600000
+weight_decay = 1e-1
+beta1 = 0.9
+beta2 = 0.95
+grad_clip = 1.0  # 0 disables
+# learning rate decay
+decay_lr = True
+warmup_iters = 2000
+lr_decay_iters = 600000
+min_lr = 6e-5
+# early stopping on val loss: stop after `patience` evaluations without an improvement of at least min_delta
+patience = 0  # 0 disables
+min_delta = 0.0
+# held-out perplexity at each evaluation, over the whole val split (or its first ppl_max_tokens tokens)
+ppl_max_tokens = 0  # 0: the whole split
+# system
+backend = 'auto'  # DDP backend: 'auto' = nccl on CUDA, gloo on CPU
+device = 'auto'  # 'auto', 'cpu', 'cuda', 'cuda:1', ...
+dtype = 'auto'  # 'auto' = bfloat16/float16 autocast on CUDA, float32 on CPU
+compile = True  # torch.compile, on CUDA only
+seed = 1337
+# -----------------------------------------------------------------------------
+DEFAULTS = config_defaults(globals())
+
+
+def resolve_data_dir(name):
+    data_dir = name if os.path.isdir(name) else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
+    for split in ('train.bin', 'val.bin'):
+        if not os.path.isfile(os.path.join(data_dir, split)):
+            raise UserError(f"{os.path.join(data_dir, split)} not found: run data/{os.path.basename(data_dir)}/prepare.py "
+                            f"or set --dataset to a folder with train.bin and val.bin")
+    return data_dir
+
+
+def get_lr(it, C):
+    """Linear warmup, cosine decay to min_lr, then constant (nanoGPT's schedule)."""
+    if not C.decay_lr:
+        return C.learning_rate
+    if it < C.warmup_iters:
+        return C.learning_rate * (it + 1) / (C.warmup_iters + 1)
+    if it > C.lr_decay_iters:
+        return C.min_lr
+    decay_ratio = (it - C.warmup_iters) / max(1, C.lr_decay_iters - C.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+    return C.min_lr + coeff * (C.learning_rate - C.min_lr)
+
+
+def main(argv):
+    C = configure(DEFAULTS, argv)
+    if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from):
+        raise UserError(f"init_from must be 'scratch', 'resume' or a checkpoint path; {C.init_from!r} is none of them")
+    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    assert C.gradient_accumulation_steps % rt.world_size == 0, "gradient_accumulation_steps must divide by world size"
+    grad_accum = C.gradient_accumulation_steps // rt.world_size
+    tokens_per_iter = grad_accum * rt.world_size * C.batch_size * C.block_size
+    data_dir = resolve_data_dir(C.dataset)
+    tokenizer = TokenizationManager('auto', data_dir=data_dir)
+    if rt.master:
+        os.makedirs(C.out_dir, exist_ok=True)
+        print(f"tokens per iteration will be: {tokens_per_iter:,}; tokenization: {tokenizer.method} "
+              f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
+
+    def get_batch(split):
+        # recreate the memmap every batch to avoid a memory leak (as nanoGPT does)
+        data = np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+        ix = torch.randint(len(data) - C.block_size, (C.batch_size,))
+        x = torch.stack([torch.from_numpy(data[i:i + C.block_size].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + C.block_size].astype(np.int64)) for i in ix])
+        if rt.device_type == 'cuda':
+            return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
+        return x.to(rt.device), y.to(rt.device)
+
+    # model
+    iter_num, best_val_loss, ckpt = 0, float('inf'), None
+    stopper = EarlyStopping(C.patience, C.min_delta, 'min')
+    if C.init_from == 'scratch':
+        vocab_size = tokenizer.vocab_size if tokenizer.method == 'char' else 50304
+        model_args = dict(n_layer=C.n_layer, n_head=C.n_head, n_embd=C.n_embd, block_size=C.block_size,
+                          bias=C.bias, vocab_size=vocab_size, dropout=C.dropout)
+        model = GPT(GPTConfig(**model_args))
+    else:
+        ckpt_path = os.path.join(C.out_dir, 'ckpt.pt') if C.init_from == 'resume' else C.init_from
+        ckpt = load_checkpoint(ckpt_path)
+        if ckpt['model_args'].get('mode', 'generator') != 'generator':
+            raise UserError(f"{ckpt_path} is a {ckpt['model_args']['mode']} checkpoint; train.py trains generators")
+        if ckpt.get('tokenization', {}).get('vocab_size') not in (None, tokenizer.vocab_size):
+            raise UserError(f"{ckpt_path} was trained with vocab size {ckpt['tokenization']['vocab_size']}, "
+                            f"but {data_dir} has {tokenizer.vocab_size}: use the matching --dataset")
+        model = GPT.from_checkpoint(ckpt, dropout=C.dropout)
+        if C.block_size > model.config.block_size:
+            raise UserError(f"block_size {C.block_size} exceeds the checkpoint's {model.config.block_size}")
+        if C.init_from == 'resume':
+            iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')
+            if 'early_stopping' in ckpt:
+                stopper.load_state_dict(ckpt['early_stopping'])
+    model.to(rt.device)
+    scaler = torch.amp.GradScaler(enabled=(rt.ptdtype == torch.float16 and rt.device_type == 'cuda'))
+    optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
+    if C.init_from == 'resume' and 'optimizer' in ckpt:
+        optimizer.load_state_dict(ckpt['optimizer'])
+    ckpt = None  # free memory
+    raw_model = model
+    if C.compile and rt.device_type == 'cuda':
+        model = torch.compile(model)
+    if rt.ddp:
+        model = DDP(model, device_ids=[rt.local_rank] if rt.device_type == 'cuda' else None)
+
+    @torch.no_grad()
+    def estimate_loss():
+        out = {}
+        model.eval()
+        for split in ('train', 'val'):
+            losses = torch.zeros(C.eval_iters)
+            for k in range(C.eval_iters):
+                X, Y = get_batch(split)
+                with rt.ctx:
+                    _, loss = model(X, Y)
+                losses[k] = loss.item()
+            out[split] = losses.mean().item()
+        model.train()
+        return out
+
+    def val_perplexity():
+        val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+        val = val[:C.ppl_max_tokens] if C.ppl_max_tokens > 0 else val
+        return evaluate_perplexity(raw_model, val, C.block_size, batch_size=max(C.batch_size, 32), ctx=rt.ctx)[1]
+
+    def save(losses):
+        save_checkpoint(os.path.join(C.out_dir, 'ckpt.pt'), raw_model, iter_num=iter_num, best_val_loss=best_val_loss,
+                        config=vars(C), tokenization=tokenizer.info(), optimizer=optimizer,
+                        early_stopping=stopper.state_dict(), metrics={'train_loss': losses['train'],
+                                                                      'val_loss': losses['val']})
+
+    if C.eval_only:
+        if rt.master:
+            losses = estimate_loss()
+            print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+                  f"val ppl {val_perplexity():.3f}")
+        rt.close()
+        return
+
+    X, Y = get_batch('train')
+    t_start = t0 = time.time()
+    start_iter, stop_reason, last = iter_num, 'max_iters', {}
+    bar = tqdm(total=C.max_iters, initial=iter_num, disable=not rt.master, desc='train', dynamic_ncols=True,
+               mininterval=2.0)
+    while True:
+        lr = get_lr(iter_num, C)
+        for group in optimizer.param_groups:
+            group['lr'] = lr
+
+        # evaluate, checkpoint, early-stop (master decides, every rank follows)
+        stop = False
+        if (iter_num % C.eval_interval == 0 or iter_num >= C.max_iters) and rt.master:
+            losses = estimate_loss()
+            ppl = val_perplexity()
+            last = dict(losses, ppl=ppl, iter=iter_num)
+            tqdm.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+                       f"val ppl {ppl:.3f}")
+            stopper.step(losses['val'])
+            if losses['val'] < best_val_loss or C.always_save_checkpoint:
+                best_val_loss = min(best_val_loss, losses['val'])
+                if iter_num > start_iter:
+                    save(losses)
+            if stopper.should_stop:
+                stop, stop_reason = True, (f"early stopping: val loss did not improve by {C.min_delta} "
+                                           f"for {C.patience} evaluations")
+        if iter_num >= C.max_iters:
+            stop = True
+        if rt.ddp:
+            flag = torch.tensor([int(stop)], device=rt.device)
+            dist.broadcast(flag, 0)
+            stop = bool(flag.item())
+        if stop:
+            break
+
+        for micro_step in range(grad_accum):
+            if rt.ddp:
+                model.require_backward_grad_sync = (micro_step == grad_accum - 1)
+            with rt.ctx:
+                _, loss = model(X, Y)
+                loss = loss / grad_accum
+            X, Y = get_batch('train')  # prefetch while the backward runs (on CUDA)
+            scaler.scale(loss).backward()
+        if C.grad_clip != 0.0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), C.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+        t1 = time.time()
+        dt, t0 = t1 - t0, t1
+        if iter_num % C.log_interval == 0 and rt.master:
+            tqdm.write(f"iter {iter_num}: loss {loss.item() * grad_accum:.4f}, time {dt * 1000:.2f}ms, "
+                       f"{tokens_per_iter / max(dt, 1e-9):,.0f} tok/s")
+        iter_num += 1
+        bar.update(1)
+    bar.close()
+
+    if rt.master:
+        elapsed = time.time() - t_start
+        trained = iter_num - start_iter
+        print(f"done: {trained} iterations in {elapsed:.1f}s ({trained * tokens_per_iter / max(elapsed, 1e-9):,.0f} "
+              f"tok/s incl. evaluation); stopped by {stop_reason}")
+        if last:
+            print(f"final: train loss {last['train']:.4f}, val loss {last['val']:.4f}, val ppl {last['ppl']:.3f}; "
+                  f"best val loss {best_val_loss:.4f}; checkpoint {os.path.join(C.out_dir, 'ckpt.pt')}")
+    rt.close()
+
+
+if __name__ == '__main__':
+    run_cli(main)
