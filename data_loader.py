@@ -117,3 +117,42 @@ def prepare_main(method, out_dir):
     if not 0 < args.train_split < 1:
         raise UserError(f"--train_split must be in (0, 1), got {args.train_split}")
     prepare_dataset(method, out_dir, args.input, args.train_split)
+
+
+def _check_tokens(tokens, name, vocab_size, block_size):
+    if len(tokens) == 0:
+        raise UserError(f"{name} is empty")
+    if block_size and len(tokens) < block_size:
+        raise UserError(f"{name} has {len(tokens)} tokens, fewer than one block of {block_size}: "
+                        f"use more data or a smaller --block_size")
+    largest = int(tokens.max())
+    if largest >= vocab_size:
+        raise UserError(f"{name} holds token id {largest}, not below the vocab size {vocab_size}: "
+                        f"it was prepared with another tokenizer")
+
+
+def _memmap_tokens(path):
+    size = os.path.getsize(path)
+    if size % 2:
+        raise UserError(f"{path} is {size} bytes, not a multiple of 2: not a uint16 token file (truncated?)")
+    return np.memmap(path, dtype=np.uint16, mode='r') if size else np.zeros(0, dtype=np.uint16)
+
+
+def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, tokenization='auto',
+                      meta_path=None, train_split=0.9, block_size=None):
+    """
+    (train_tokens, val_tokens, TokenizationInfo) as uint16 arrays, from a text file (split and encoded exactly as
+    the prepare scripts do, so the splits are the base model's) or from train.bin/val.bin (memory-mapped).
+    """
+    from reward_data_config import TokenizationInfo
+    source = data_path if input_mode == 'text' else train_bin
+    tokenizer = TokenizationManager(tokenization, meta_path, os.path.dirname(os.path.abspath(source)))
+    if input_mode == 'text':
+        train, val = encode_splits(read_text(data_path), tokenizer, train_split)
+        names = (f"the train split of {data_path}", f"the val split of {data_path}")
+    else:
+        train, val = _memmap_tokens(train_bin), _memmap_tokens(val_bin)
+        names = (train_bin, val_bin)
+    for tokens, name in zip((train, val), names):
+        _check_tokens(tokens, name, tokenizer.vocab_size, block_size)
+    return train, val, TokenizationInfo.from_dict(tokenizer.info())

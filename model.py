@@ -34,22 +34,30 @@ class LayerNorm(nn.Module):
 
 
 class KVCache:
-    """Per-layer key/value buffers of a fixed length, filled in place as generation advances."""
+    """
+    Per-layer key/value buffers, filled in place as generation advances. Each buffer stays contiguous and only as
+    long as needed, rounded up to `chunk` positions: a single-token step then reads one dense block (a slice of a
+    longer buffer would make PyTorch copy it on every step, and the step is bound by reading the cache).
+    """
 
-    def __init__(self, n_layer, max_len):
-        self.max_len = max_len
+    def __init__(self, n_layer, max_len, chunk=64):
+        self.max_len, self.chunk = max_len, chunk
         self.k = [None] * n_layer
         self.v = [None] * n_layer
 
     def update(self, layer, k, v, pos):
-        if self.k[layer] is None:
-            B, H, _, D = k.shape
-            self.k[layer] = k.new_empty(B, H, self.max_len, D)
-            self.v[layer] = v.new_empty(B, H, self.max_len, D)
+        """Store k, v (B, H, T, D) at positions pos..pos+T-1; returns the whole buffers (B, H, capacity, D)."""
         end = pos + k.size(2)
+        if self.k[layer] is None or self.k[layer].size(2) < end:
+            capacity = min(self.max_len, -(-end // self.chunk) * self.chunk)
+            for bufs, new in ((self.k, k), (self.v, v)):
+                grown = new.new_zeros(new.size(0), new.size(1), capacity, new.size(3))  # zeros: masked, but finite
+                if bufs[layer] is not None:
+                    grown[:, :, :bufs[layer].size(2)] = bufs[layer]
+                bufs[layer] = grown
         self.k[layer][:, :, pos:end] = k
         self.v[layer][:, :, pos:end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+        return self.k[layer], self.v[layer]
 
 
 class CausalSelfAttention(nn.Module):
@@ -72,11 +80,20 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         if cache is not None:
-            # a multi-token call is always a prefill from position 0, so causal masking stays square
-            assert T == 1 or pos == 0
-            k, v = cache.update(self.layer_idx, k, v, pos)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=T > 1,
-                                           dropout_p=self.attn_dropout if self.training else 0.0)
+            assert T == 1 or pos == 0, "a multi-token step must be a prefill from position 0"
+            keys, values = cache.update(self.layer_idx, k, v, pos)
+        if cache is not None and T == 1:
+            # one new token attends to every cached position up to its own; the rest of the buffer is padding,
+            # masked by an additive row fused into the batched matmul
+            BH, cap = B * self.n_head, keys.size(2)
+            mask = torch.zeros(1, 1, cap, device=x.device, dtype=q.dtype)
+            mask[..., pos + 1:] = float('-inf')
+            att = torch.baddbmm(mask, q.reshape(BH, 1, -1), keys.view(BH, cap, -1).transpose(1, 2),
+                                alpha=1.0 / math.sqrt(k.size(-1)))
+            y = torch.bmm(att.softmax(dim=-1), values.view(BH, cap, -1)).view(B, self.n_head, 1, -1)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=T > 1,
+                                               dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 

@@ -1,0 +1,181 @@
+"""
+Build the reward model's data: natural token blocks of length N whose tail, from a crossover K ~ U[1, N-1], is
+rewritten by the base model. Label [K/N, (N-K)/N] = [share natural, share synthetic]. Train samples come only from
+the train split, val samples only from the val split.
+
+  python prepare_reward_data.py --model_path out-shakespeare-char/ckpt.pt --input_mode binary \
+      --train_bin data/shakespeare_char/train.bin --val_bin data/shakespeare_char/val.bin
+
+Speed: samples are sorted by K and generated in large batches with the KV-cache sampler; a batch's rows share
+their common prefix in one parallel prefill and then advance together, each row switching from copying its
+prompt to sampling at its own K. Under torchrun each rank generates a disjoint share of the batches.
+"""
+
+import argparse
+import os
+import shutil
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from configurator import UserError, run_cli
+from data_loader import load_token_splits
+from model import GPT, load_checkpoint
+from reward_data_config import RewardDataConfig, TokenizationInfo, format_problems
+from runtime import setup_runtime
+
+FORMAT_VERSION = 1
+MAX_ATTEMPTS = 3
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = RewardDataConfig(model_path='')
+    p.add_argument('--model_path', required=True, help="base (generator) checkpoint")
+    p.add_argument('--input_mode', choices=['text', 'binary'], default=d.input_mode)
+    p.add_argument('--data_path', help="raw text file (text mode)")
+    p.add_argument('--train_bin', help="train.bin (binary mode)")
+    p.add_argument('--val_bin', help="val.bin (binary mode)")
+    p.add_argument('--tokenization', choices=['auto', 'bpe', 'char'], default=d.tokenization)
+    p.add_argument('--meta_path', help="meta.pkl for char tokenization")
+    p.add_argument('--output_dir', default=d.output_dir)
+    p.add_argument('--train_split', type=float, default=d.train_split, help="text mode: share of the text for train")
+    p.add_argument('--samples_per_chunk', type=int, default=d.samples_per_chunk, help="samples per block, each its own K")
+    p.add_argument('--temperature', type=float, default=d.temperature)
+    p.add_argument('--top_k', type=lambda s: None if s == 'None' else int(s), default=d.top_k)
+    p.add_argument('--device', default=d.device, help="auto, cpu or cuda")
+    p.add_argument('--seed', type=int, default=d.seed)
+    p.add_argument('--block_size', type=int, default=d.block_size, help="N (default: the model's block size)")
+    p.add_argument('--batch_size', type=int, default=d.batch_size, help="sequences generated together")
+    p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split")
+    return RewardDataConfig(**vars(p.parse_args(argv)))
+
+
+def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng):
+    """Consecutive non-overlapping blocks (n_blocks, N) and a crossover K in [1, N-1] per sample (n_blocks, spc)."""
+    n_blocks = len(tokens) // N
+    if max_blocks:
+        n_blocks = min(n_blocks, max_blocks)
+    blocks = np.asarray(tokens[:n_blocks * N]).reshape(n_blocks, N)
+    K = rng.integers(1, N, size=(n_blocks, samples_per_chunk))
+    return blocks, K
+
+
+def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, desc):
+    """
+    x (n_blocks * spc, N) uint16: sample s is block s // spc with its tail from K[s] on written by the model.
+    Batches hold samples of similar K (sorted), and batch b samples with seed (seed, b): the result does not depend
+    on how batches are spread over ranks.
+    """
+    n_blocks, spc = K.shape
+    N = blocks.shape[1]
+    K = K.reshape(-1)
+    block_of = np.repeat(np.arange(n_blocks), spc)
+    order = np.argsort(K, kind='stable')
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    x = np.zeros((len(K), N), dtype=np.int64)
+    vocab = model.config.vocab_size
+    for b in tqdm(range(rt.rank, len(batches), rt.world_size), desc=desc, disable=not rt.master, dynamic_ncols=True):
+        rows = batches[b]
+        k_rows, k_max = K[rows], int(K[rows].max())
+        prompt = torch.from_numpy(blocks[block_of[rows], :k_max].astype(np.int64)).to(rt.device)
+        lengths = torch.from_numpy(k_rows).to(rt.device)
+        for attempt in range(MAX_ATTEMPTS):
+            gen = torch.Generator(device=rt.device).manual_seed(seed * 1_000_003 + b * 101 + attempt)
+            try:
+                with rt.ctx:
+                    out = model.generate(prompt, N - k_max, temperature, top_k, prompt_lengths=lengths, generator=gen)
+                if int(out.max()) < vocab and int(out.min()) >= 0:
+                    break
+                problem = "generated token ids outside the vocabulary"
+            except RuntimeError as e:  # e.g. multinomial on non-finite probabilities
+                problem = str(e).splitlines()[0]
+            print(f"warning: generation batch {b} of {desc} failed (attempt {attempt + 1}): {problem}")
+        else:
+            raise UserError(f"generation batch {b} of {desc} failed {MAX_ATTEMPTS} times ({problem}); "
+                               f"nothing was written: check the model (non-finite weights?) or lower --temperature")
+        x[rows] = out.cpu().numpy()
+    if rt.ddp:  # every row was written by exactly one rank; the others hold zeros
+        t = torch.from_numpy(x)
+        dist.all_reduce(t)
+        x = t.numpy()
+    return x.astype(np.uint16)
+
+
+def labels_for(K, N):
+    k = K.reshape(-1).astype(np.float64)
+    return np.stack([k / N, (N - k) / N], axis=1).astype(np.float32)
+
+
+def write_split(out_dir, split, x, y, meta):
+    x.tofile(os.path.join(out_dir, f'{split}_x.bin'))
+    y.tofile(os.path.join(out_dir, f'{split}_y.bin'))
+    meta = dict(num_samples=len(x), block_size=x.shape[1], x_shape=f"({x.shape[0]}, {x.shape[1]})",
+                y_shape=f"({y.shape[0]}, 2)", x_dtype='uint16', y_dtype='float32', **meta)
+    with open(os.path.join(out_dir, f'{split}_metadata.txt'), 'w') as f:
+        f.writelines(f"{k}: {v}\n" for k, v in meta.items())
+
+
+def replace_dir(tmp_dir, out_dir):
+    """Move the finished tmp_dir into place; an older output is removed only after the new one is there."""
+    old = None
+    if os.path.exists(out_dir):
+        old = f"{out_dir}.old{os.getpid()}"
+        os.replace(out_dir, old)
+    os.replace(tmp_dir, out_dir)
+    if old:
+        shutil.rmtree(old)
+
+
+def main(argv):
+    cfg = parse_args(argv)
+    problems = cfg.validate()
+    if problems:
+        raise UserError(f"invalid configuration ({len(problems)} problem{'s' * (len(problems) > 1)}):\n"
+                        + format_problems(problems))
+    rt = setup_runtime(cfg.device, seed=cfg.seed)
+    ckpt = load_checkpoint(cfg.model_path)
+    model = GPT.from_checkpoint(ckpt, device=rt.device)
+    N = cfg.block_size or model.config.block_size
+    train, val, tok_info = load_token_splits(cfg.input_mode, cfg.data_path, cfg.train_bin, cfg.val_bin,
+                                             cfg.tokenization, cfg.meta_path, cfg.train_split, N)
+    TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(tok_info, cfg.model_path, 'the data')
+    tmp_dir = f"{cfg.output_dir.rstrip(os.sep)}.partial"
+    if rt.master:
+        shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of an interrupted run are never trusted
+        os.makedirs(tmp_dir)
+    meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size,
+                       meta_path=tok_info.meta_path, model_path=os.path.abspath(cfg.model_path),
+                       temperature=cfg.temperature, top_k=cfg.top_k, samples_per_chunk=cfg.samples_per_chunk,
+                       seed=cfg.seed, format_version=FORMAT_VERSION)
+    summary, t0 = [], time.time()
+    for split_idx, (split, tokens) in enumerate((('train', train), ('val', val))):
+        rng = np.random.default_rng([cfg.seed, split_idx])
+        blocks, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng)
+        t_split = time.time()
+        x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
+                           cfg.seed * 2 + split_idx, rt, f"{split} ({len(blocks)} blocks)")
+        y = labels_for(K, N)
+        if rt.master:
+            write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks)))
+            generated = int((N - K).sum())
+            summary.append((split, len(blocks), len(x), generated, time.time() - t_split, y[:, 0].mean()))
+    if rt.ddp:
+        dist.barrier()
+    if rt.master:
+        replace_dir(tmp_dir, cfg.output_dir)
+        print(f"\nreward dataset written to {cfg.output_dir} in {time.time() - t0:.1f}s")
+        print(f"  block size N: {N}; tokenization: {tok_info.method} (vocab {tok_info.vocab_size}); "
+              f"samples per block: {cfg.samples_per_chunk}")
+        for split, n_blocks, n, gen, dt, mean_nat in summary:
+            print(f"  {split}: {n_blocks} blocks -> {n} samples, x ({n}, {N}) uint16, y ({n}, 2) float32; "
+                  f"mean P(natural) label {mean_nat:.3f}; {gen:,} generated tokens in {dt:.1f}s "
+                  f"({gen / max(dt, 1e-9):,.0f} tok/s)")
+    rt.close()
+
+
+if __name__ == '__main__':
+    run_cli(main)

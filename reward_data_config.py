@@ -1,0 +1,164 @@
+"""
+Configuration of prepare_reward_data.py: every option in one dataclass, and a validate() that reports all problems
+at once, each with a suggested fix, before any work starts. Also TokenizationInfo, the tokenization record that
+checkpoints and reward datasets carry.
+"""
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from configurator import UserError
+from model import load_checkpoint
+from runtime import resolve_device
+
+
+@dataclass
+class TokenizationInfo:
+    method: str
+    vocab_size: int
+    meta_path: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d['method'], int(d['vocab_size']), d.get('meta_path'))
+
+    def to_dict(self):
+        return asdict(self)
+
+    def differences(self, other):
+        """What makes two tokenizations incompatible (method, vocab size); meta paths may legitimately differ."""
+        return [f"{name}: {getattr(self, name)!r} vs {getattr(other, name)!r}"
+                for name in ('method', 'vocab_size') if getattr(self, name) != getattr(other, name)]
+
+    def check_compatible(self, other, this='this', that='that'):
+        diff = self.differences(other)
+        if diff:
+            raise ValueError(f"tokenization mismatch between {this} and {that} ({'; '.join(diff)}): "
+                             f"use data and models prepared with the same tokenizer")
+
+
+@dataclass
+class RewardDataConfig:
+    model_path: str
+    input_mode: str = 'text'  # 'text' (a raw text file) or 'binary' (train.bin/val.bin)
+    data_path: Optional[str] = None
+    train_bin: Optional[str] = None
+    val_bin: Optional[str] = None
+    tokenization: str = 'auto'  # 'auto', 'bpe' or 'char'
+    meta_path: Optional[str] = None
+    output_dir: str = 'data/reward_dataset'
+    train_split: float = 0.9
+    samples_per_chunk: int = 10
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    device: str = 'auto'
+    seed: int = 42
+    block_size: Optional[int] = None  # default: the model's
+    batch_size: int = 512  # sequences generated together
+    max_blocks: Optional[int] = None  # at most this many blocks per split (default all)
+
+    def data_dir(self):
+        """Where meta.pkl would sit next to the input data."""
+        path = self.data_path if self.input_mode == 'text' else self.train_bin
+        return os.path.dirname(os.path.abspath(path)) if path else None
+
+    def validate(self):
+        """All problems as (error, suggestion) pairs; empty when the config is usable."""
+        problems = []
+
+        def bad(error, suggestion):
+            problems.append((error, suggestion))
+
+        ckpt = None
+        if not self.model_path or not os.path.isfile(self.model_path):
+            bad(f"model file not found: {self.model_path}", "pass --model_path with a checkpoint written by train.py")
+        else:
+            try:
+                ckpt = load_checkpoint(self.model_path)
+            except ValueError as e:
+                bad(str(e), "pass --model_path with a checkpoint written by train.py")
+            if ckpt is not None and ckpt['model_args'].get('mode', 'generator') != 'generator':
+                bad(f"{self.model_path} is a {ckpt['model_args']['mode']} checkpoint, not a generator",
+                    "pass the base (generator) model that should write the synthetic continuations")
+        if self.input_mode == 'text':
+            if not self.data_path:
+                bad("--data_path is required with --input_mode text", "pass --data_path FILE, or use --input_mode binary")
+            elif not os.path.isfile(self.data_path):
+                bad(f"data file not found: {self.data_path}", "check --data_path")
+            for name in ('train_bin', 'val_bin'):
+                if getattr(self, name):
+                    bad(f"--{name} does not belong to --input_mode text", f"drop --{name}, or use --input_mode binary")
+        elif self.input_mode == 'binary':
+            for name in ('train_bin', 'val_bin'):
+                path = getattr(self, name)
+                if not path:
+                    bad(f"--{name} is required with --input_mode binary", f"pass --{name} (written by a prepare.py)")
+                elif not os.path.isfile(path):
+                    bad(f"{name} file not found: {path}", f"check --{name}, or run the dataset's prepare.py")
+            if self.data_path:
+                bad("--data_path does not belong to --input_mode binary", "drop --data_path, or use --input_mode text")
+        else:
+            bad(f"unknown --input_mode {self.input_mode!r}", "use --input_mode text or --input_mode binary")
+        if self.tokenization not in ('auto', 'bpe', 'char'):
+            bad(f"unknown --tokenization {self.tokenization!r}", "use auto, bpe or char")
+        if self.tokenization == 'char' and not self.meta_path:
+            bad("meta_path is required when tokenization is 'char'", "pass --meta_path or use --tokenization auto")
+        if self.tokenization == 'bpe' and self.meta_path:
+            bad("--meta_path does not belong to --tokenization bpe", "drop --meta_path, or use --tokenization char")
+        if self.meta_path and not os.path.isfile(self.meta_path):
+            bad(f"meta file not found: {self.meta_path}", "pass the meta.pkl written by the char prepare.py")
+        if not 0 < self.train_split < 1:
+            bad(f"--train_split must be in (0, 1), got {self.train_split}", "use e.g. --train_split 0.9 (the prepare scripts' split)")
+        if not self.temperature > 0:
+            bad(f"--temperature must be > 0, got {self.temperature}", "use e.g. --temperature 1.0")
+        if self.top_k is not None and self.top_k < 1:
+            bad(f"--top_k must be >= 1, got {self.top_k}", "use a positive --top_k, or leave it out to sample from all tokens")
+        if self.samples_per_chunk < 1:
+            bad(f"--samples_per_chunk must be >= 1, got {self.samples_per_chunk}", "use e.g. --samples_per_chunk 10")
+        if self.batch_size < 1:
+            bad(f"--batch_size must be >= 1, got {self.batch_size}", "use e.g. --batch_size 512")
+        if self.max_blocks is not None and self.max_blocks < 1:
+            bad(f"--max_blocks must be >= 1, got {self.max_blocks}", "leave it out to use every block")
+        if ckpt is not None and self.block_size is not None:
+            model_bs = ckpt['model_args']['block_size']
+            if not 2 <= self.block_size <= model_bs:
+                bad(f"--block_size must be in [2, {model_bs}] for this model, got {self.block_size}",
+                    "leave --block_size out to use the model's")
+        try:
+            resolve_device(self.device)
+        except UserError as e:
+            bad(str(e), "use --device auto or --device cpu")
+        if ckpt is not None and not problems:
+            self._check_tokenization(ckpt, bad)
+        parent = os.path.dirname(os.path.abspath(self.output_dir))
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK) or \
+                (os.path.exists(self.output_dir) and not os.path.isdir(self.output_dir)):
+            bad(f"output directory cannot be created: {self.output_dir}", "pass a writable --output_dir")
+        return problems
+
+    def _check_tokenization(self, ckpt, bad):
+        from tokenization_manager import TokenizationManager
+        try:
+            data_tok = TokenizationManager(self.tokenization, self.meta_path, self.data_dir())
+        except (ValueError, FileNotFoundError) as e:
+            bad(str(e), "pass --tokenization and --meta_path matching the data")
+            return
+        saved = ckpt.get('tokenization') or {}
+        if not saved:
+            bad(f"{self.model_path} records no tokenization", "use a checkpoint written by this repository's train.py")
+            return
+        diff = TokenizationInfo.from_dict(saved).differences(TokenizationInfo.from_dict(data_tok.info()))
+        if diff:
+            bad(f"the checkpoint's tokenization does not match the data's ({'; '.join(diff)})",
+                "use the data the model was trained on, or pass the matching --tokenization/--meta_path")
+        if ckpt['model_args']['vocab_size'] < data_tok.vocab_size:
+            bad(f"model vocab {ckpt['model_args']['vocab_size']} is smaller than the tokenizer's {data_tok.vocab_size}",
+                "use the model trained on this data")
+
+
+def format_problems(problems):
+    return '\n'.join(f"ERROR: {e}\nSUGGESTION: {s}" for e, s in problems)
+
