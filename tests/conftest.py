@@ -77,3 +77,44 @@ def bpe_ckpt(tmp_path_factory, bpe_data):
     out = tmp_path_factory.mktemp('ckpt_bpe')
     train_tiny(bpe_data, str(out), '--max_iters=10', '--eval_interval=10')
     return str(out / 'ckpt.pt')
+
+
+def prepare_reward(ckpt, out, *extra, data=None, mode='binary'):
+    """prepare_reward_data.py on a tiny model: 3 samples per block, small generation batches."""
+    args = ['prepare_reward_data.py', '--model_path', ckpt, '--output_dir', str(out), '--device', 'cpu',
+            '--samples_per_chunk', '3', '--batch_size', '16']
+    if mode == 'binary':
+        args += ['--input_mode', 'binary', '--train_bin', os.path.join(data, 'train.bin'),
+                 '--val_bin', os.path.join(data, 'val.bin')]
+    else:
+        args += ['--input_mode', 'text', '--data_path', data]
+    r = run_script(*args, *extra)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope='session')
+def char_reward(tmp_path_factory, char_ckpt, char_data):
+    """12 blocks x 3 samples per split from the tiny char model."""
+    out = tmp_path_factory.mktemp('rd') / 'char'
+    prepare_reward(char_ckpt, out, '--max_blocks', '12', data=char_data)
+    return str(out)
+
+
+@pytest.fixture(scope='session')
+def learnable_reward(tmp_path_factory, char_data):
+    """A reward dataset in the standard format whose label is a function of the last token: a frozen trunk's
+    last-token features carry it, so a head that trains correctly must beat the constant predictor."""
+    import numpy as np
+    from prepare_reward_data import labels_for, write_split
+    from tokenization_manager import TokenizationManager
+    out = tmp_path_factory.mktemp('rd') / 'learnable'
+    out.mkdir()
+    tok = TokenizationManager('char', data_dir=char_data)
+    rng = np.random.default_rng(0)
+    for split, n in (('train', 600), ('val', 200)):
+        x = rng.integers(0, tok.vocab_size, size=(n, 32)).astype(np.uint16)
+        K = 1 + (x[:, -1].astype(np.int64) * 7) % 31
+        write_split(str(out), split, x, labels_for(K, 32), dict(tokenization_method='char', vocab_size=tok.vocab_size,
+                                                                 meta_path=tok.meta_path))
+    return str(out)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import prepare_reward, run_script
 from data_loader import load_token_splits
 from model import GPT
 from reward_data_config import RewardDataConfig, TokenizationInfo
@@ -12,26 +12,6 @@ from reward_dataset_loader import RewardDataset, create_reward_dataloaders
 from configurator import UserError
 
 N = 32
-
-
-def prepare(ckpt, out, *extra, data=None, mode='binary'):
-    args = ['prepare_reward_data.py', '--model_path', ckpt, '--output_dir', str(out), '--device', 'cpu',
-            '--samples_per_chunk', '3', '--batch_size', '16']
-    if mode == 'binary':
-        args += ['--input_mode', 'binary', '--train_bin', os.path.join(data, 'train.bin'),
-                 '--val_bin', os.path.join(data, 'val.bin')]
-    else:
-        args += ['--input_mode', 'text', '--data_path', data]
-    r = run_script(*args, *extra)
-    assert r.returncode == 0, r.stderr
-    return r
-
-
-@pytest.fixture(scope='module')
-def char_reward(tmp_path_factory, char_ckpt, char_data):
-    out = tmp_path_factory.mktemp('rd') / 'char'
-    prepare(char_ckpt, out, '--max_blocks', '12', data=char_data)
-    return str(out)
 
 
 def test_labels_prefix_and_split_separation(char_reward, char_data):
@@ -66,22 +46,22 @@ def test_generated_tail_comes_from_the_model(char_reward, char_data):
 
 
 def test_deterministic_and_batch_layout_independent(tmp_path, char_ckpt, char_data, char_reward):
-    prepare(char_ckpt, tmp_path / 'again', '--max_blocks', '12', data=char_data)
+    prepare_reward(char_ckpt, tmp_path / 'again', '--max_blocks', '12', data=char_data)
     for name in ('train_x.bin', 'train_y.bin', 'val_x.bin', 'val_y.bin', 'train_metadata.txt'):
         assert open(os.path.join(char_reward, name), 'rb').read() == open(tmp_path / 'again' / name, 'rb').read()
-    prepare(char_ckpt, tmp_path / 'seed2', '--max_blocks', '12', '--seed', '7', data=char_data)
+    prepare_reward(char_ckpt, tmp_path / 'seed2', '--max_blocks', '12', '--seed', '7', data=char_data)
     assert open(os.path.join(char_reward, 'train_x.bin'), 'rb').read() != open(tmp_path / 'seed2' / 'train_x.bin', 'rb').read()
 
 
 def test_text_mode_uses_the_same_splits_as_binary(tmp_path, char_ckpt, char_data, char_reward):
-    prepare(char_ckpt, tmp_path / 'text', '--max_blocks', '12', data=os.path.join(char_data, 'input.txt'), mode='text')
+    prepare_reward(char_ckpt, tmp_path / 'text', '--max_blocks', '12', data=os.path.join(char_data, 'input.txt'), mode='text')
     for name in ('train_x.bin', 'val_x.bin', 'val_y.bin'):
         assert open(os.path.join(char_reward, name), 'rb').read() == open(tmp_path / 'text' / name, 'rb').read()
 
 
 def test_bpe_end_to_end(tmp_path, bpe_ckpt, bpe_data):
     out = tmp_path / 'bpe'
-    r = prepare(bpe_ckpt, out, '--max_blocks', '4', data=bpe_data)
+    r = prepare_reward(bpe_ckpt, out, '--max_blocks', '4', data=bpe_data)
     assert 'tokenization: bpe' in r.stdout
     ds = RewardDataset(str(out), 'val', expected_tokenization_info={'method': 'bpe', 'vocab_size': 50257})
     assert ds.get_tokenization_info().method == 'bpe' and int(ds.x.max()) < 50257

@@ -1,0 +1,106 @@
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_script
+from model import GPT, load_checkpoint
+from train_reward_model import reward_metrics
+
+
+def train_rm(ckpt, data, out, *extra):
+    r = run_script('train_reward_model.py', f'--model_path={ckpt}', f'--data_dir={data}', f'--out_path={out}',
+                   '--device=cpu', '--batch_size=16', '--eval_interval=20', '--feature_batch_size=32', *extra)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def val_losses(stdout):
+    return [float(v) for v in re.findall(r"iter \d+: val loss ([\d.]+)", stdout)]
+
+
+@pytest.fixture(scope='module')
+def trained_rm(tmp_path_factory, char_ckpt, learnable_reward):
+    out = tmp_path_factory.mktemp('rm') / 'rm.pt'
+    r = train_rm(char_ckpt, learnable_reward, out, '--max_iters=300', '--learning_rate=3e-3',
+                 '--reward_head_hidden_dim=64')
+    return str(out), r.stdout
+
+
+def test_training_lowers_val_loss_and_keeps_trunk_frozen(trained_rm, char_ckpt):
+    path, stdout = trained_rm
+    losses = val_losses(stdout)
+    assert min(losses) < 0.5 * losses[0]  # the label is learnable from the last token: a working head finds it
+    assert load_checkpoint(trained_rm[0])['metrics']['r2'] > 0.3
+    assert 'trunk tensors changed: 0' in stdout
+    base = load_checkpoint(char_ckpt)['model']
+    rm = load_checkpoint(path)['model']
+    trunk = [k for k in rm if not k.startswith('reward_head.')]
+    assert trunk and all(torch.equal(rm[k], base[k]) for k in trunk)
+
+
+def test_checkpoint_round_trips_as_reward_model(trained_rm, learnable_reward):
+    path, _ = trained_rm
+    ckpt = load_checkpoint(path)
+    assert ckpt['model_args']['mode'] == 'reward' and ckpt['model_args']['reward_head_hidden_dim'] == 64
+    assert set(ckpt['metrics']) >= {'mse', 'baseline_mse', 'r2', 'mae', 'boundary_error'}
+    assert ckpt['tokenization']['method'] == 'char'
+    model = GPT.from_checkpoint(path)
+    assert model.config.mode == 'reward'
+    from reward_dataset_loader import RewardDataset
+    val = RewardDataset(learnable_reward, 'val')
+    x = torch.from_numpy(val.x[:].astype(np.int64))
+    with torch.no_grad():
+        probs = model(x)[0]
+    m = reward_metrics(probs[:, 0].numpy(), val.y[:, 0], val.block_size, float(np.mean(
+        RewardDataset(learnable_reward, 'train').y[:, 0])))
+    assert m['mse'] == pytest.approx(ckpt['metrics']['mse'], rel=1e-4)  # the saved figures are the saved model's
+
+
+def test_cached_features_equal_full_forward(tmp_path, char_ckpt, char_reward):
+    a = train_rm(char_ckpt, char_reward, tmp_path / 'a.pt', '--max_iters=12', '--eval_interval=4')
+    b = train_rm(char_ckpt, char_reward, tmp_path / 'b.pt', '--max_iters=12', '--eval_interval=4',
+                 '--use_feature_cache=False')
+    assert 'cached features' in a.stdout and 'cached features' not in b.stdout
+    np.testing.assert_allclose(val_losses(a.stdout), val_losses(b.stdout), rtol=1e-5)
+    ha, hb = load_checkpoint(str(tmp_path / 'a.pt'))['model'], load_checkpoint(str(tmp_path / 'b.pt'))['model']
+    for k in ha:
+        if k.startswith('reward_head.'):
+            torch.testing.assert_close(ha[k], hb[k], rtol=1e-4, atol=1e-6)
+
+
+def test_unfreeze_layers_trains_only_the_last_blocks(tmp_path, char_ckpt, char_reward):
+    out = tmp_path / 'u.pt'
+    r = train_rm(char_ckpt, char_reward, out, '--max_iters=5', '--eval_interval=5', '--unfreeze_layers=1', '--loss=ce')
+    assert 'cached features' not in r.stdout
+    assert 'trunk tensors changed: 14 ' in r.stdout  # the last block's 12 tensors and ln_f's 2, nothing else
+    base, rm = load_checkpoint(char_ckpt)['model'], load_checkpoint(str(out))['model']
+    assert torch.equal(base['transformer.h.0.mlp.c_fc.weight'], rm['transformer.h.0.mlp.c_fc.weight'])
+    assert torch.equal(base['transformer.wte.weight'], rm['transformer.wte.weight'])
+
+
+def test_resume_continues_from_the_saved_best(tmp_path, char_ckpt, learnable_reward):
+    out = tmp_path / 'r.pt'
+    train_rm(char_ckpt, learnable_reward, out, '--max_iters=10', '--eval_interval=5', '--reward_head_hidden_dim=16',
+             '--learning_rate=3e-3')
+    assert load_checkpoint(str(out))['iter_num'] == 10  # still improving, so the best is the last
+    r = train_rm(char_ckpt, learnable_reward, out, '--max_iters=20', '--eval_interval=5', '--init_from=resume',
+                 '--learning_rate=3e-3')
+    assert 'iter 10:' in r.stdout and 'iter 0:' not in r.stdout
+    assert load_checkpoint(str(out))['model_args']['reward_head_hidden_dim'] == 16
+
+
+def test_tokenization_mismatch_is_a_clear_error(tmp_path, bpe_ckpt, char_reward):
+    r = run_script('train_reward_model.py', f'--model_path={bpe_ckpt}', f'--data_dir={char_reward}',
+                   f'--out_path={tmp_path / "x.pt"}', '--device=cpu')
+    assert r.returncode == 2 and 'Traceback' not in r.stderr
+    assert 'tokenization mismatch' in r.stderr and 'method' in r.stderr
+    assert not (tmp_path / 'x.pt').exists()
+
+
+def test_reward_metrics_hand_values():
+    m = reward_metrics([0.5, 0.25], [0.75, 0.25], 8, 0.5)
+    assert m['mse'] == pytest.approx((0.0625 + 0) / 2) and m['baseline_mse'] == pytest.approx((0.0625 + 0.0625) / 2)
+    assert m['r2'] == pytest.approx(0.5) and m['mae'] == pytest.approx(0.125) and m['boundary_error'] == pytest.approx(1.0)

@@ -1,0 +1,248 @@
+"""
+Train the reward model: the base GPT's trunk (frozen by default) under a fresh MLP head that predicts
+[P(natural), P(synthetic)] of a sequence from its last token's final hidden state.
+
+  python train_reward_model.py [config/train_reward_*.py] --model_path=BASE.pt --data_dir=REWARD_DATA --out_path=RM.pt
+
+With the trunk frozen, a sample's pooled features never change: they are computed once (batched, inference mode)
+and the head trains on the cached features. unfreeze_layers=k trains the last k blocks and the final LayerNorm too,
+through the full forward.
+"""
+
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+from configurator import UserError, config_defaults, configure, run_cli
+from early_stopping import EarlyStopping
+from model import GPT, load_checkpoint, save_checkpoint
+from reward_dataset_loader import RewardDataset
+from runtime import setup_runtime
+
+# -----------------------------------------------------------------------------
+model_path = ''  # the base (generator) checkpoint whose trunk the reward model uses
+data_dir = 'data/reward_dataset'  # written by prepare_reward_data.py
+out_path = 'out-reward/reward_model.pt'
+init_from = 'base'  # 'base' (fresh head on model_path's trunk) or 'resume' (continue from out_path, the saved best)
+reward_head_hidden_dim = 256
+unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f
+loss = 'mse'  # 'mse' or 'ce' (cross-entropy against the soft label)
+batch_size = 64
+learning_rate = 1e-3
+weight_decay = 0.0
+beta1 = 0.9
+beta2 = 0.99
+grad_clip = 1.0  # 0 disables
+max_iters = 3000  # optimizer steps
+max_epochs = 0  # stop after this many passes over the train split too (0: no limit)
+eval_interval = 100
+patience = 8  # evaluations without an improvement of at least min_delta in val loss (0 disables)
+min_delta = 1e-5
+feature_batch_size = 256  # batch of the one-off feature pass
+use_feature_cache = True  # with a frozen trunk; False forces the full forward every batch (for benchmarks)
+backend = 'auto'
+device = 'auto'
+dtype = 'auto'
+seed = 1337
+# -----------------------------------------------------------------------------
+DEFAULTS = config_defaults(globals())
+
+
+def loss_fn(probs, y, kind):
+    if kind == 'mse':
+        return F.mse_loss(probs, y)
+    return -(y * torch.log(probs.clamp_min(1e-8))).sum(-1).mean()
+
+
+def freeze_trunk(model, unfreeze_layers):
+    """requires_grad=False everywhere but the head (and the last unfreeze_layers blocks + ln_f)."""
+    for p in model.parameters():
+        p.requires_grad = False
+    trainable = [model.reward_head]
+    if unfreeze_layers > 0:
+        trainable += list(model.transformer.h[-unfreeze_layers:]) + [model.transformer.ln_f]
+    for module in trainable:
+        for p in module.parameters():
+            p.requires_grad = True
+
+
+@torch.inference_mode()
+def compute_features(model, ds, batch_size, rt, desc):
+    """Pooled last-token features (n, n_embd) of every sample; under DDP each rank computes a contiguous share."""
+    n = len(ds)
+    feats = torch.zeros(n, model.config.n_embd, device=rt.device)
+    share = math.ceil(n / rt.world_size)
+    lo, hi = rt.rank * share, min(n, (rt.rank + 1) * share)
+    for i in tqdm(range(lo, hi, batch_size), desc=desc, disable=not rt.master, dynamic_ncols=True, leave=False):
+        x = torch.from_numpy(ds.x[i:min(hi, i + batch_size)].astype(np.int64)).to(rt.device)
+        with rt.ctx:
+            feats[i:i + len(x)] = model.reward_features(x).float()
+    if rt.ddp:
+        dist.all_reduce(feats)
+    return feats.clone()  # a normal tensor, usable outside inference mode
+
+
+def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
+    """MSE (over both outputs, as the training loss), the constant-mean baseline, R², MAE and boundary error."""
+    p, t = np.asarray(p_natural, dtype=np.float64), np.asarray(y_natural, dtype=np.float64)
+    mse = float(np.mean((p - t) ** 2))  # both columns are 1-p and 1-t, so the 2-column MSE equals this
+    baseline = float(np.mean((baseline_mean - t) ** 2))
+    mae = float(np.mean(np.abs(p - t)))
+    return dict(mse=mse, baseline_mse=baseline, r2=1.0 - mse / baseline if baseline > 0 else 0.0, mae=mae,
+                boundary_error=block_size * mae)
+
+
+def main(argv):
+    C = configure(DEFAULTS, argv)
+    if C.loss not in ('mse', 'ce'):
+        raise UserError(f"loss must be 'mse' or 'ce', got {C.loss!r}")
+    if C.init_from not in ('base', 'resume'):
+        raise UserError(f"init_from must be 'base' or 'resume', got {C.init_from!r}")
+    if C.init_from == 'base' and not C.model_path:
+        raise UserError("pass --model_path=BASE.pt (the generator checkpoint whose trunk the reward model uses)")
+    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    src_path = C.model_path if C.init_from == 'base' else C.out_path
+    src = load_checkpoint(src_path)
+    if C.init_from == 'base' and src['model_args'].get('mode', 'generator') != 'generator':
+        raise UserError(f"{C.model_path} is a {src['model_args']['mode']} checkpoint; pass the base generator")
+    tokenization = src.get('tokenization') or {}
+    train_ds = RewardDataset(C.data_dir, 'train', tokenization or None)
+    val_ds = RewardDataset(C.data_dir, 'val', tokenization or None)
+    N = train_ds.block_size
+    if N > src['model_args']['block_size']:
+        raise UserError(f"reward data block size {N} exceeds the model's {src['model_args']['block_size']}")
+    if not 0 <= C.unfreeze_layers <= src['model_args']['n_layer']:
+        raise UserError(f"unfreeze_layers must be in [0, {src['model_args']['n_layer']}], got {C.unfreeze_layers}")
+    model = GPT.from_checkpoint(src, mode='reward', device=rt.device,
+                                reward_head_hidden_dim=src['model_args'].get('reward_head_hidden_dim')
+                                if C.init_from == 'resume' else C.reward_head_hidden_dim)
+    freeze_trunk(model, C.unfreeze_layers)
+    trunk_before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
+    cached = C.unfreeze_layers == 0 and C.use_feature_cache
+    optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
+    stopper = EarlyStopping(C.patience, C.min_delta, 'min')
+    iter_num, best_val = 0, float('inf')
+    if C.init_from == 'resume':
+        optimizer.load_state_dict(src['optimizer'])
+        iter_num, best_val = src['iter_num'], src['best_val_loss']
+        stopper.load_state_dict(src['early_stopping'])
+    src = None
+
+    t0 = time.time()
+    if cached:
+        model.eval()
+        train_feats = compute_features(model, train_ds, C.feature_batch_size, rt, 'features (train)')
+        val_feats = compute_features(model, val_ds, C.feature_batch_size, rt, 'features (val)')
+        if rt.master:
+            print(f"cached features of {len(train_ds)} + {len(val_ds)} samples in {time.time() - t0:.1f}s")
+    train_module = model.reward_head if cached else model
+    trained = DDP(train_module) if rt.ddp else train_module
+    baseline_mean = float(np.mean(train_ds.y[:, 0]))
+
+    def predict(ds, feats, rows, training):
+        """(probs, labels) for the given rows: the head on cached features, or the full forward."""
+        rows = np.sort(np.asarray(rows))
+        y = torch.from_numpy(np.array(ds.y[rows])).to(rt.device)
+        module = trained if training else train_module
+        if cached:
+            return module(feats[torch.from_numpy(rows).to(rt.device)]), y
+        x = torch.from_numpy(ds.x[rows].astype(np.int64)).to(rt.device)
+        with rt.ctx:
+            return module(x)[0].float(), y
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        p, losses = [], 0.0
+        for i in range(0, len(val_ds), C.feature_batch_size):
+            probs, y = predict(val_ds, val_feats if cached else None, np.arange(i, min(len(val_ds), i + C.feature_batch_size)), False)
+            losses += loss_fn(probs, y, C.loss).item() * len(y)
+            p.append(probs[:, 0].cpu().numpy())
+        model.train(train_mode)
+        return losses / len(val_ds), reward_metrics(np.concatenate(p), val_ds.y[:, 0], N, baseline_mean)
+
+    def log_eval(val_loss, m):
+        tqdm.write(f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
+                   f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens")
+
+    best_metrics, stop_reason, epoch = None, 'max_iters', 0
+    gen = torch.Generator().manual_seed(C.seed + rt.rank)
+    steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
+    bar = tqdm(total=C.max_iters, initial=iter_num, desc='reward head', disable=not rt.master, dynamic_ncols=True,
+               mininterval=2.0)
+    train_mode = C.unfreeze_layers > 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
+    model.train(train_mode)
+    train_loss = float('nan')
+    while True:
+        perm = torch.randperm(len(train_ds), generator=gen).numpy()
+        for step in range(steps_per_epoch):
+            stop = False
+            if iter_num % C.eval_interval == 0 and rt.master:
+                val_loss, m = evaluate()
+                log_eval(val_loss, m)
+                stopper.step(val_loss)
+                if val_loss < best_val:
+                    best_val, best_metrics = val_loss, m
+                    save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
+                                    tokenization=tokenization, optimizer=optimizer, metrics=m,
+                                    early_stopping=stopper.state_dict())
+                if stopper.should_stop:
+                    stop, stop_reason = True, f"early stopping: val loss did not improve by {C.min_delta} for {C.patience} evaluations"
+            if iter_num >= C.max_iters:
+                stop = True
+            if rt.ddp:
+                flag = torch.tensor([int(stop)], device=rt.device)
+                dist.broadcast(flag, 0)
+                stop = bool(flag.item())
+            if stop:
+                break
+            rows = perm[(step * rt.world_size + rt.rank) * C.batch_size:][:C.batch_size]
+            probs, y = predict(train_ds, train_feats if cached else None, rows, True)
+            loss_t = loss_fn(probs, y, C.loss)
+            optimizer.zero_grad(set_to_none=True)
+            loss_t.backward()
+            if C.grad_clip:
+                torch.nn.utils.clip_grad_norm_(train_module.parameters(), C.grad_clip)
+            optimizer.step()
+            train_loss = loss_t.item()
+            iter_num += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{train_loss:.4f}", epoch=epoch)
+        else:
+            epoch += 1
+            if C.max_epochs and epoch >= C.max_epochs:
+                stop_reason = 'max_epochs'
+                if rt.master:  # a last evaluation of the final head
+                    val_loss, m = evaluate()
+                    log_eval(val_loss, m)
+                    if val_loss < best_val:
+                        best_val, best_metrics = val_loss, m
+                        save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
+                                        tokenization=tokenization, optimizer=optimizer, metrics=m,
+                                        early_stopping=stopper.state_dict())
+                break
+            continue
+        break
+    bar.close()
+
+    if rt.master:
+        trunk_after = {k: v for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
+        changed = sum(not torch.equal(trunk_before[k], trunk_after[k]) for k in trunk_before)
+        print(f"done: {iter_num} iterations, {epoch} full epochs, {time.time() - t0:.1f}s; stopped by {stop_reason}")
+        print(f"trunk tensors changed: {changed} (unfreeze_layers={C.unfreeze_layers})")
+        if best_metrics:
+            m = best_metrics
+            print(f"best val: mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, R2 {m['r2']:.4f}, "
+                  f"MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens; saved {C.out_path}")
+    rt.close()
+
+
+if __name__ == '__main__':
+    run_cli(main)
