@@ -1,0 +1,168 @@
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_script
+from model import GPT, load_checkpoint
+from train_grpo import completion_mask, group_advantages, grpo_loss, sample_prompts
+
+
+def test_group_advantages_and_zero_std_groups():
+    r = torch.tensor([1.0, 0.0, 0.5, 0.5, 0.2, 0.4])
+    adv, zero = group_advantages(r, 2, 'group')
+    std = math.sqrt(0.5)  # unbiased std of (1, 0)
+    assert torch.allclose(adv[:2], torch.tensor([0.5, -0.5]) / (std + 1e-4))
+    assert torch.equal(adv[2:4], torch.zeros(2)) and zero == 1  # equal rewards: zero advantage, no NaN
+    adv_b, _ = group_advantages(r, 2, 'batch')
+    assert torch.allclose(adv_b[:2], torch.tensor([0.5, -0.5]) / (r.std() + 1e-4))
+    adv_n, _ = group_advantages(r, 2, 'none')
+    assert torch.allclose(adv_n, torch.tensor([0.5, -0.5, 0, 0, -0.1, 0.1]))
+    all_same, zero = group_advantages(torch.full((4,), 0.3), 4, 'group')
+    assert torch.equal(all_same, torch.zeros(4)) and zero == 1 and not torch.isnan(all_same).any()
+
+
+def test_completion_mask_covers_only_generated_tokens():
+    mask = completion_mask(torch.tensor([1, 3]), 5)  # targets are tokens 1..4
+    assert mask.tolist() == [[1, 1, 1, 1], [0, 0, 1, 1]]
+
+
+def hand_case():
+    logps = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.5, -2.0]])
+    old = torch.tensor([[-1.2, -1.0, -0.5], [-0.3, -1.0, -2.5]])
+    ref = torch.tensor([[-1.1, -2.0, -0.4], [-0.5, -1.5, -2.0]])
+    adv = torch.tensor([1.0, -2.0])
+    mask = torch.tensor([[0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    return logps, old, ref, adv, mask
+
+
+def per_token_by_hand(logps, old, ref, adv, eps, beta):
+    out = []
+    for b in range(2):
+        row = []
+        for t in range(3):
+            ratio = math.exp(logps[b, t] - old[b, t])
+            a = float(adv[b])
+            pg = -min(ratio * a, min(max(ratio, 1 - eps), 1 + eps) * a)
+            d = float(ref[b, t] - logps[b, t])
+            row.append(pg + beta * (math.exp(d) - d - 1))
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize('loss_type', ['grpo', 'dr_grpo', 'dapo'])
+def test_loss_types_match_hand_computation(loss_type):
+    logps, old, ref, adv, mask = hand_case()
+    loss, stats = grpo_loss(logps, old, ref, adv, mask, epsilon=0.2, beta=0.1, loss_type=loss_type,
+                            max_completion_length=4)
+    tok = per_token_by_hand(logps, old, ref, adv, 0.2, 0.1)
+    m = mask.tolist()
+    if loss_type == 'grpo':
+        expected = np.mean([sum(tok[b][t] * m[b][t] for t in range(3)) / sum(m[b]) for b in range(2)])
+    elif loss_type == 'dr_grpo':
+        expected = sum(tok[b][t] * m[b][t] for b in range(2) for t in range(3)) / (2 * 4)
+    else:
+        expected = sum(tok[b][t] * m[b][t] for b in range(2) for t in range(3)) / 5
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_k3_kl_zero_at_reference_positive_elsewhere():
+    logps, old, ref, adv, mask = hand_case()
+    _, stats = grpo_loss(logps, old, logps.clone(), adv, mask, beta=0.1)
+    assert stats['kl'] == pytest.approx(0.0, abs=1e-7)
+    _, stats = grpo_loss(logps, old, ref, adv, mask, beta=0.1)
+    assert stats['kl'] > 0
+
+
+def test_ratio_one_on_first_pass_and_clip_counting():
+    logps, old, ref, adv, mask = hand_case()
+    loss, stats = grpo_loss(logps, logps.detach(), None, adv, mask)
+    assert stats['clip_ratio'] == 0.0
+    # ratio 1: the loss is minus the advantage-weighted mean, and its gradient is the plain policy gradient
+    assert loss.item() == pytest.approx(-(1.0 * 1 + (-2.0) * 1) / 2)
+    # clipping counted: row 0 token 1 has ratio e^-1 < 0.8 with A > 0 (not clipped: min keeps ratio*A);
+    # row 1 token 1 has ratio e^-0.5 < 0.8 with A < 0 (clipped); row 1 token 2 ratio e^0.5 > 1.2 with A < 0 (not)
+    _, stats = grpo_loss(logps, old, None, adv, mask, epsilon=0.2)
+    assert stats['clip_ratio'] == pytest.approx(1 / 5)
+    _, stats = grpo_loss(logps, old, None, adv, mask, epsilon=0.2, epsilon_high=0.1)
+    assert stats['clip_ratio'] == pytest.approx(1 / 5)
+
+
+def test_prompts_come_from_the_train_split():
+    train = np.arange(1000, dtype=np.uint16)
+    prompts, lengths = sample_prompts(train, 50, 1, 8, 16, np.random.default_rng(0))
+    assert lengths.min() >= 1 and lengths.max() <= 8 and prompts.shape == (50, 8)
+    for p, L in zip(prompts, lengths):
+        assert np.array_equal(np.diff(p[:L]), np.ones(L - 1))  # a contiguous window of the split
+
+
+@pytest.fixture(scope='module')
+def known_answer_run(tmp_path_factory, char_ckpt, char_data, learnable_reward):
+    """The reward model here rewards particular last characters: the policy must learn to end on them."""
+    d = tmp_path_factory.mktemp('grpo')
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={learnable_reward}',
+                   f'--out_path={d / "rm.pt"}', '--device=cpu', '--max_iters=300', '--learning_rate=3e-3',
+                   '--batch_size=16', '--eval_interval=50')
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}',
+                   f'--dataset={char_data}', f'--out_path={d / "policy.pt"}', '--device=cpu', '--max_steps=30',
+                   '--learning_rate=3e-3', '--warmup_steps=3', '--eval_interval=10', '--beta=0.04',
+                   '--num_iterations=2', '--reward_threshold=2.0')
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d, r.stdout
+
+
+def test_grpo_raises_the_reward_on_a_known_case(known_answer_run):
+    d, stdout = known_answer_run
+    history = load_checkpoint(str(d / 'policy.pt'))['metrics']['history']
+    rewards = [h['reward'] for h in history]
+    assert len(rewards) == 30
+    assert np.mean(rewards[-10:]) > np.mean(rewards[:10]) + 0.05
+    assert all(set(h) >= {'reward', 'reward_std', 'kl', 'clip_ratio'} for h in history)
+    assert any(h['clip_ratio'] > 0 for h in history)  # mu=2: the second pass is off-policy and can clip
+    assert 'stopped by max_steps' in stdout
+    lines = open(d / 'policy_log.jsonl').read().splitlines()
+    assert len(lines) == 30 and json.loads(lines[0])['step'] == 0
+
+
+def test_grpo_checkpoint_loads_in_the_other_scripts(known_answer_run, char_data, tmp_path):
+    d, _ = known_answer_run
+    ckpt = load_checkpoint(str(d / 'policy.pt'))
+    assert ckpt['model_args']['mode'] == 'generator' and ckpt['metrics']['stop_reason'] == 'max_steps'
+    assert GPT.from_checkpoint(str(d / 'policy.pt')).config.mode == 'generator'
+    r = run_script('sample.py', f'--ckpt_path={d / "policy.pt"}', '--max_new_tokens=10', '--num_samples=1',
+                   '--device=cpu')
+    assert r.returncode == 0, r.stderr
+    r = run_script('prepare_reward_data.py', '--model_path', str(d / 'policy.pt'), '--input_mode', 'binary',
+                   '--train_bin', os.path.join(char_data, 'train.bin'), '--val_bin', os.path.join(char_data, 'val.bin'),
+                   '--output_dir', str(tmp_path / 'rd'), '--device', 'cpu', '--max_blocks', '2')
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / 'continued'
+    r = run_script('train.py', f'--dataset={char_data}', f'--out_dir={out}', f'--init_from={d / "policy.pt"}',
+                   '--max_iters=3', '--eval_interval=3', '--eval_iters=2', '--batch_size=4', '--block_size=32',
+                   '--device=cpu')
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(str(out / 'ckpt.pt'))['iter_num'] == 3
+
+
+def test_max_kl_stops_and_keeps_the_last_policy_under_the_cap(tmp_path, known_answer_run, char_ckpt, char_data):
+    d, _ = known_answer_run
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}',
+                   f'--dataset={char_data}', f'--out_path={tmp_path / "p.pt"}', '--device=cpu', '--max_steps=30',
+                   '--learning_rate=1e-2', '--warmup_steps=1', '--max_kl=0.02', '--beta=0.0', '--eval_interval=100')
+    assert r.returncode == 0, r.stderr[-2000:]
+    ckpt = load_checkpoint(str(tmp_path / 'p.pt'))
+    assert ckpt['metrics']['stop_reason'].startswith('max_kl')
+    history = ckpt['metrics']['history']
+    assert history[-1]['kl'] > 0.02 and all(h['kl'] <= 0.02 for h in history[:-1])
+    assert ckpt['iter_num'] == len(history) - 2  # the policy before the step whose rollouts broke the cap
+
+
+def test_mismatched_tokenization_is_refused(tmp_path, char_ckpt, bpe_ckpt, known_answer_run):
+    d, _ = known_answer_run
+    r = run_script('train_grpo.py', f'--policy_path={bpe_ckpt}', f'--reward_model_path={d / "rm.pt"}',
+                   f'--out_path={tmp_path / "p.pt"}', '--device=cpu')
+    assert r.returncode == 2 and 'tokenization mismatch' in r.stderr and 'Traceback' not in r.stderr

@@ -1,0 +1,334 @@
+"""
+GRPO (Group Relative Policy Optimization, DeepSeekMath 2024; as TRL's GRPOTrainer defines it) of the generator
+against a frozen reward model whose P(natural) is the reward.
+
+  python train_grpo.py [config/grpo_*.py] --policy_path=BASE.pt --reward_model_path=RM.pt --out_path=NEW.pt
+
+Each step: prompts of random length P ~ U[min_prompt_len, max_prompt_len] from random offsets of the train split;
+num_generations completions per prompt, continued to exactly block_size tokens by the one KV-cache sampler;
+group-normalized advantages; a clipped-ratio loss over completion tokens with a k3 KL penalty to a frozen
+reference; num_iterations optimizer passes over each batch of rollouts.
+"""
+
+import copy
+import json
+import math
+import os
+import time
+from collections import deque
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+from configurator import UserError, config_defaults, configure, run_cli
+from early_stopping import EarlyStopping
+from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint
+from reward_data_config import TokenizationInfo
+from runtime import all_reduce_mean, setup_runtime
+from tokenization_manager import TokenizationManager
+from train import resolve_data_dir
+
+# -----------------------------------------------------------------------------
+policy_path = ''  # the generator to improve (also the frozen reference)
+reward_model_path = ''  # the frozen judge
+out_path = 'out-grpo/policy.pt'
+dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
+# rollouts
+max_steps = 100
+prompts_per_step = 8
+num_generations = 8  # G completions per prompt
+min_prompt_len = 1
+max_prompt_len = 0  # 0: block_size // 2
+temperature = 1.0
+top_k = None
+# objective
+scale_rewards = 'group'  # 'group', 'batch' or 'none'
+loss_type = 'grpo'  # 'grpo', 'dr_grpo' or 'dapo'
+epsilon = 0.2
+epsilon_high = None  # None: epsilon
+beta = 0.04  # KL penalty weight (0: no reference model unless max_kl needs one)
+num_iterations = 1  # mu: optimizer passes over each batch of rollouts
+# optimizer
+learning_rate = 1e-5
+weight_decay = 0.0
+beta1 = 0.9
+beta2 = 0.99
+grad_clip = 1.0
+warmup_steps = 10
+# stopping
+reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this
+reward_window = 10  # steps in that moving average
+patience = 0  # steps without the moving average improving by min_delta (0 disables)
+min_delta = 0.0
+max_kl = 0.0  # stop when the mean KL to the reference exceeds this, keeping the last policy under it (0 disables)
+# evaluation
+eval_interval = 20
+ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
+num_log_samples = 2
+# system
+backend = 'auto'
+device = 'auto'
+dtype = 'auto'
+seed = 1337
+# -----------------------------------------------------------------------------
+DEFAULTS = config_defaults(globals())
+
+
+def group_advantages(rewards, group_size, scale='group'):
+    """
+    (r - group mean) / (std + 1e-4), std of the group ('group'), of the whole batch ('batch'), or none ('none').
+    Returns (advantages, number of groups whose rewards are all equal: their advantages are exactly 0).
+    """
+    groups = rewards.view(-1, group_size)
+    centered = groups - groups.mean(dim=1, keepdim=True)
+    zero_std = int((groups.std(dim=1) == 0).sum()) if group_size > 1 else groups.size(0)
+    if scale == 'group':
+        centered = centered / (groups.std(dim=1, keepdim=True).nan_to_num(0.0) + 1e-4)
+    elif scale == 'batch':
+        centered = centered / (rewards.std().nan_to_num(0.0) + 1e-4)
+    elif scale != 'none':
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
+    return centered.reshape(-1), zero_std
+
+
+def completion_mask(prompt_lengths, seq_len):
+    """(B, seq_len - 1) mask over next-token targets: target j (token j + 1) is a completion token iff j + 1 >= P."""
+    targets = torch.arange(1, seq_len, device=prompt_lengths.device)
+    return (targets[None, :] >= prompt_lengths[:, None]).float()
+
+
+def token_logprobs(model, seqs, temperature):
+    """Log-probabilities (B, T-1) of each next token, from logits scaled by the sampling temperature."""
+    logits, _ = model(seqs[:, :-1], seqs[:, 1:])  # targets make the forward return every position's logits
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, seqs[:, 1:, None]).squeeze(-1), logp
+
+
+def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilon_high=None, beta=0.0,
+              loss_type='grpo', max_completion_length=None):
+    """
+    Clipped-ratio policy loss over completion tokens plus beta * k3 KL to the reference; returns (loss, stats).
+    logps, old_logps, ref_logps, mask: (B, T); advantages: (B,).
+    """
+    epsilon_high = epsilon if epsilon_high is None else epsilon_high
+    ratio = torch.exp(logps - old_logps)
+    adv = advantages[:, None]
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
+    kl = None
+    if ref_logps is not None:
+        delta = ref_logps - logps
+        kl = torch.exp(delta) - delta - 1  # k3 estimator: unbiased, always >= 0
+        if beta:
+            per_token = per_token + beta * kl
+    if loss_type == 'grpo':
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp_min(1)).mean()
+    elif loss_type == 'dr_grpo':
+        loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
+    elif loss_type == 'dapo':
+        loss = (per_token * mask).sum() / mask.sum().clamp_min(1)
+    else:
+        raise ValueError(f"loss_type must be 'grpo', 'dr_grpo' or 'dapo', got {loss_type!r}")
+    clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
+    n = mask.sum().clamp_min(1)
+    stats = {'clip_ratio': ((clipped.float() * mask).sum() / n).item(),
+             'kl': None if kl is None else ((kl * mask).sum() / n).item()}
+    return loss, stats
+
+
+def sample_prompts(train, n, lo, hi, block_size, rng):
+    """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi)."""
+    lengths = rng.integers(lo, hi + 1, size=n)
+    offsets = rng.integers(0, len(train) - block_size, size=n)
+    prompts = np.zeros((n, hi), dtype=np.int64)
+    for i, (o, p) in enumerate(zip(offsets, lengths)):
+        prompts[i, :p] = train[o:o + p]
+    return prompts, lengths
+
+
+def load_models(C, rt):
+    policy_ckpt = load_checkpoint(C.policy_path)
+    rm_ckpt = load_checkpoint(C.reward_model_path)
+    if policy_ckpt['model_args'].get('mode', 'generator') != 'generator':
+        raise UserError(f"{C.policy_path} is a reward model; --policy_path takes a generator checkpoint")
+    if rm_ckpt['model_args'].get('mode') != 'reward':
+        raise UserError(f"{C.reward_model_path} is not a reward model; train one with train_reward_model.py")
+    tok = TokenizationInfo.from_dict(policy_ckpt['tokenization'])
+    tok.check_compatible(TokenizationInfo.from_dict(rm_ckpt['tokenization']), 'the policy', 'the reward model')
+    policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
+    reward_model = GPT.from_checkpoint(rm_ckpt, device=rt.device).requires_grad_(False)
+    if reward_model.config.block_size < policy.config.block_size:
+        raise UserError(f"the reward model's block size {reward_model.config.block_size} is below the policy's "
+                        f"{policy.config.block_size}: it cannot score whole sequences")
+    reference = None
+    if C.beta > 0 or C.max_kl > 0:
+        reference = copy.deepcopy(policy).requires_grad_(False).eval()
+    return policy_ckpt, policy, reward_model, reference
+
+
+def main(argv):
+    C = configure(DEFAULTS, argv)
+    for name in ('policy_path', 'reward_model_path'):
+        if not getattr(C, name):
+            raise UserError(f"pass --{name}=PATH")
+    if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
+        raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
+    if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1:
+        raise UserError("num_generations must be >= 2, temperature > 0 and num_iterations >= 1")
+    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    if C.prompts_per_step % rt.world_size:
+        raise UserError(f"prompts_per_step {C.prompts_per_step} must divide by the {rt.world_size} ranks")
+    policy_ckpt, policy, reward_model, reference = load_models(C, rt)
+    N = policy.config.block_size
+    hi = C.max_prompt_len or N // 2
+    if not 1 <= C.min_prompt_len <= hi < N:
+        raise UserError(f"need 1 <= min_prompt_len <= max_prompt_len < block_size ({N}); got {C.min_prompt_len}, {hi}")
+    data_dir = resolve_data_dir(C.dataset or policy_ckpt.get('config', {}).get('dataset', ''))
+    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
+    optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
+    trained = DDP(policy) if rt.ddp else policy
+    rng = np.random.default_rng([C.seed, rt.rank])
+    gen = torch.Generator(device=rt.device).manual_seed(C.seed * 1000 + rt.rank)
+    n_prompts = C.prompts_per_step // rt.world_size
+    max_completion = N - C.min_prompt_len
+    log_path = os.path.splitext(C.out_path)[0] + '_log.jsonl'
+    if rt.master:
+        os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
+        open(log_path, 'w').close()
+
+    def val_ppl():
+        tokens = val[:C.ppl_max_tokens] if C.ppl_max_tokens else val
+        return evaluate_perplexity(policy, tokens, N, batch_size=32, ctx=rt.ctx)[1]
+
+    def save(state, step, stop_reason):
+        model = policy if state is None else copy.deepcopy(policy).cpu()
+        if state is not None:
+            model.load_state_dict(state)
+        save_checkpoint(C.out_path, model, iter_num=step, best_val_loss=None, config=vars(C),
+                        tokenization=policy_ckpt['tokenization'], optimizer=optimizer,
+                        metrics={'history': history, 'stop_reason': stop_reason, 'val_ppl_start': ppl_start})
+
+    history, reward_ma = [], deque(maxlen=C.reward_window)
+    stopper = EarlyStopping(C.patience, C.min_delta, 'max')
+    ppl_start = val_ppl() if rt.master else None
+    if rt.master:
+        print(f"policy {C.policy_path} ({policy.get_num_params() / 1e6:.2f}M), reward model {C.reward_model_path}; "
+              f"{C.prompts_per_step} prompts x {C.num_generations} completions per step, N={N}; "
+              f"val ppl at start {ppl_start:.3f}")
+    last_ok_state, last_ok_step, stop_reason, step = None, 0, 'max_steps', 0
+    bar = tqdm(total=C.max_steps, desc='grpo', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
+    for step in range(C.max_steps):
+        lr = C.learning_rate * min(1.0, (step + 1) / max(1, C.warmup_steps))
+        for group in optimizer.param_groups:
+            group['lr'] = lr
+        # 1. rollouts: G completions per prompt, all rows advancing together in one cached batch
+        t0 = time.time()
+        prompts, lengths = sample_prompts(train, n_prompts, C.min_prompt_len, hi, N, rng)
+        prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
+        lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
+        policy.eval()
+        with rt.ctx:
+            seqs = policy.generate(prompt_t, N - hi, C.temperature, C.top_k, prompt_lengths=lengths_t, generator=gen)
+        t1 = time.time()
+        # 2. rewards and advantages
+        with torch.no_grad(), rt.ctx:
+            rewards = reward_model(seqs)[0][:, 0].float()
+        advantages, zero_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
+        mask = completion_mask(lengths_t, N)
+        with torch.no_grad(), rt.ctx:
+            ref_logps = token_logprobs(reference, seqs, C.temperature)[0] if reference is not None else None
+        t2 = time.time()
+        # 3. mu optimizer passes over these rollouts; the first pass fixes the rollout log-probs (ratio exactly 1)
+        # the policy that made these rollouts, kept while its KL is under the cap
+        pre_update = {k: v.detach().clone() for k, v in policy.state_dict().items()} if C.max_kl else None
+        policy.train()
+        old_logps, stats = None, {}
+        for _ in range(C.num_iterations):
+            with rt.ctx:
+                logps, logp_all = token_logprobs(trained, seqs, C.temperature)
+            if old_logps is None:
+                old_logps = logps.detach()
+                with torch.no_grad():
+                    entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask).sum() / mask.sum()
+            loss, pass_stats = grpo_loss(logps, old_logps, ref_logps, advantages, mask, C.epsilon, C.epsilon_high,
+                                         C.beta, C.loss_type, max_completion)
+            stats = stats or pass_stats  # KL of the rollout policy: measured on the first pass
+            stats['clip_ratio'] = pass_stats['clip_ratio']
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), C.grad_clip or float('inf')).item()
+            optimizer.step()
+        t3 = time.time()
+
+        row = dict(step=step, reward=all_reduce_mean(rewards.mean().item(), rt),
+                   reward_std=all_reduce_mean(rewards.std().item(), rt),
+                   frac_reward_zero_std=all_reduce_mean(zero_std / n_prompts, rt),
+                   kl=None if stats['kl'] is None else all_reduce_mean(stats['kl'], rt),
+                   clip_ratio=all_reduce_mean(stats['clip_ratio'], rt), entropy=all_reduce_mean(entropy.item(), rt),
+                   grad_norm=grad_norm, loss=loss.item(), lr=lr,
+                   completion_length=float(N - lengths.mean()), time_generation=t1 - t0, time_scoring=t2 - t1,
+                   time_update=t3 - t2)
+        history.append(row)
+        reward_ma.append(row['reward'])
+        stop = False
+        if rt.master:
+            with open(log_path, 'a') as f:
+                f.write(json.dumps(row) + '\n')
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}")
+            if C.max_kl and row['kl'] is not None and row['kl'] > C.max_kl:
+                stop, stop_reason = True, f"max_kl: mean KL {row['kl']:.4f} exceeded {C.max_kl} at step {step}"
+            else:
+                last_ok_state, last_ok_step = pre_update, step
+                ma = sum(reward_ma) / len(reward_ma)
+                if len(reward_ma) == C.reward_window and ma >= C.reward_threshold:
+                    stop, stop_reason = True, f"reward_threshold: moving average {ma:.4f} >= {C.reward_threshold}"
+                elif len(reward_ma) == C.reward_window:
+                    stopper.step(ma)
+                    if stopper.should_stop:
+                        stop, stop_reason = True, (f"plateau: reward moving average did not improve by {C.min_delta} "
+                                                   f"for {C.patience} steps")
+            if (step + 1) % C.eval_interval == 0 or step + 1 == C.max_steps or stop:
+                row['val_ppl'] = val_ppl()
+                tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
+                           f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
+                           f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}; time gen/score/update "
+                           f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")
+                for s in seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
+                    tqdm.write('  | ' + tokenizer.decode(s)[-120:].replace('\n', '\n  | '))
+                save(None, step + 1, None)
+        if rt.ddp:
+            flag = torch.tensor([int(stop)], device=rt.device)
+            dist.broadcast(flag, 0)
+            stop = bool(flag.item())
+        if stop:
+            break
+    bar.close()
+    if rt.master:
+        if stop_reason.startswith('max_kl'):
+            if last_ok_state is None:
+                raise UserError(f"the starting policy already exceeds max_kl={C.max_kl}; raise --max_kl")
+            save(last_ok_state, last_ok_step, stop_reason)
+            print(f"kept the policy of step {last_ok_step}, the last under the KL cap")
+        else:
+            save(None, step + 1, stop_reason)
+        first = [h['reward'] for h in history[:10]]
+        last = [h['reward'] for h in history[-10:]]
+        ppl_end = next((h['val_ppl'] for h in reversed(history) if 'val_ppl' in h), float('nan'))
+        t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
+        print(f"done: {len(history)} steps; stopped by {stop_reason}")
+        print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
+              f"val ppl {ppl_start:.3f} -> {ppl_end:.3f}")
+        total = sum(t.values())
+        print("time: " + ', '.join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in t.items())
+              + f"; saved {C.out_path}, log {log_path}")
+    rt.close()
+
+
+if __name__ == '__main__':
+    run_cli(main)
