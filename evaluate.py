@@ -77,16 +77,15 @@ def natural_windows(val, n, length, seed):
     return torch.from_numpy(np.stack([val[o:o + length] for o in offsets]).astype(np.int64))
 
 
-def run_fresh_judge(ckpt_path, data_dir, work_dir, device, max_blocks, samples_per_chunk, rm_iters, seed):
-    """Reward data from this generator, a new reward model on it (same recipe), and its val metrics."""
+def run_fresh_judge(ckpt_path, data_dir, work_dir, device, max_blocks, samples_per_chunk, rm_args, seed):
+    """Reward data from this generator, a new reward model on it (same recipe: rm_args), and its val metrics."""
     rd, rm = os.path.join(work_dir, 'judge_data'), os.path.join(work_dir, 'judge.pt')
     cmds = [[sys.executable, os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', ckpt_path,
              '--input_mode', 'binary', '--train_bin', os.path.join(data_dir, 'train.bin'),
              '--val_bin', os.path.join(data_dir, 'val.bin'), '--output_dir', rd, '--device', device,
              '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk), '--seed', str(seed)],
             [sys.executable, os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={ckpt_path}',
-             f'--data_dir={rd}', f'--out_path={rm}', f'--device={device}', f'--max_iters={rm_iters}',
-             f'--seed={seed}']]
+             f'--data_dir={rd}', f'--out_path={rm}', f'--device={device}', f'--seed={seed}'] + rm_args]
     for cmd in cmds:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -141,14 +140,15 @@ def main(argv):
     p.add_argument('--fresh_judge', action='store_true')
     p.add_argument('--judge_max_blocks', type=int, default=300)
     p.add_argument('--judge_samples_per_chunk', type=int, default=4)
-    p.add_argument('--judge_max_iters', type=int, default=1500)
+    p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judge's recipe, "
+                   "e.g. '--max_iters=1500 --unfreeze_layers=2' (default: its defaults)")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
     data_dir = resolve_data_dir(args.dataset)
     featurizer = GPT.from_checkpoint(args.featurizer or args.checkpoints[0], device=device)
     rm = GPT.from_checkpoint(args.reward_model, device=device) if args.reward_model else None
     judge = dict(max_blocks=args.judge_max_blocks, samples_per_chunk=args.judge_samples_per_chunk,
-                 rm_iters=args.judge_max_iters) if args.fresh_judge else None
+                 rm_args=args.judge_args.split()) if args.fresh_judge else None
     results = []
     for path in args.checkpoints:
         figures = evaluate_checkpoint(path, data_dir, device, featurizer, rm, args.num_samples, args.sample_len,

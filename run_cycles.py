@@ -43,6 +43,10 @@ reward_max_blocks = 300
 reward_samples_per_chunk = 4
 reward_max_iters = 1500
 reward_head_hidden_dim = 256
+reward_unfreeze_layers = 0  # the seed's recipe freezes the trunk; see docs/reward_model_training_infrastructure.md
+reward_learning_rate = 1e-3
+reward_batch_size = 64
+reward_eval_interval = 100
 # GRPO
 grpo_max_steps = 60
 grpo_prompts_per_step = 8
@@ -115,6 +119,11 @@ def main(argv):
         run([prepare], os.path.join(logs, 'prepare.log'))  # writes atomically itself
     dev = ['--device', C.device]
     stage = Stages()
+    # one reward-model recipe for the cycle's judges and the fresh judges of the evaluation
+    reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
+                     f'--unfreeze_layers={C.reward_unfreeze_layers}', f'--learning_rate={C.reward_learning_rate}',
+                     f'--batch_size={C.reward_batch_size}', f'--eval_interval={C.reward_eval_interval}',
+                     f'--device={C.device}']
 
     def train_base(partial):
         work = os.path.join(out, 'base_v1_work')
@@ -135,8 +144,8 @@ def main(argv):
             args = [os.path.join(ROOT, 'evaluate.py'), path(f'base_model_v{n}.pt'), '--dataset', data_dir, '--out', partial,
                     '--featurizer', path('base_model_v1.pt'), '--num_samples', str(C.eval_num_samples),
                     '--seed', str(C.seed), '--judge_max_blocks', str(C.reward_max_blocks),
-                    '--judge_samples_per_chunk', str(C.reward_samples_per_chunk),
-                    '--judge_max_iters', str(C.reward_max_iters)] + dev
+                    '--judge_samples_per_chunk', str(C.reward_samples_per_chunk)] + dev
+            args += ['--judge_args=' + ' '.join(reward_recipe)]
             args += ['--fresh_judge'] if C.fresh_judge else []
             args += ['--reward_model', reward_model] if reward_model else []
             run(args, os.path.join(logs, f'eval_v{n}.log'))
@@ -160,8 +169,7 @@ def main(argv):
              str(C.reward_samples_per_chunk), '--seed', str(C.seed + n)] + dev, os.path.join(logs, f'reward_data_v{n}.log')))
         stage(f'cycle {n}: reward model', rm, lambda p: run(
             [os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={base}', f'--data_dir={rd}', f'--out_path={p}',
-             f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
-             f'--device={C.device}', f'--seed={C.seed + n}'], os.path.join(logs, f'reward_model_v{n}.log')))
+             f'--seed={C.seed + n}'] + reward_recipe, os.path.join(logs, f'reward_model_v{n}.log')))
 
         def grpo(partial, n=n, base=base, rm=rm):
             run([os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={rm}',
@@ -171,7 +179,8 @@ def main(argv):
                  f'--num_iterations={C.grpo_num_iterations}', f'--max_kl={C.grpo_max_kl}',
                  f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
                  f'--seed={C.seed + n}'], os.path.join(logs, f'grpo_v{n}.log'))
-            shutil.move(os.path.splitext(partial)[0] + '_log.jsonl', path(f'grpo_v{n}_log.jsonl'))
+            for suffix, name in (('_log.jsonl', f'grpo_v{n}_log.jsonl'), ('_curves.png', f'grpo_v{n}_curves.png')):
+                shutil.move(os.path.splitext(partial)[0] + suffix, path(name))
         stage(f'cycle {n}: GRPO -> base v{n + 1}', path(f'base_model_v{n + 1}.pt'), grpo)
         evaluate(n + 1, rm)
         write_report(out, C)

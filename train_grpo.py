@@ -149,6 +149,28 @@ def sample_prompts(train, n, lo, hi, block_size, rng):
     return prompts, lengths
 
 
+def plot_history(history, path):
+    """Reward (mean and std band), KL and clip ratio over the steps, as a PNG."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    steps = [h['step'] for h in history]
+    reward, std = np.array([h['reward'] for h in history]), np.array([h['reward_std'] for h in history])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    axes[0].plot(steps, reward, label='mean reward P(natural)')
+    axes[0].fill_between(steps, reward - std, reward + std, alpha=0.2, label='± std')
+    axes[0].set(xlabel='step', title='reward')
+    if history and history[0]['kl'] is not None:
+        axes[1].plot(steps, [h['kl'] for h in history], label='KL to reference')
+    axes[1].plot(steps, [h['clip_ratio'] for h in history], label='clip ratio')
+    axes[1].set(xlabel='step', title='KL and clipping')
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def load_models(C, rt):
     policy_ckpt = load_checkpoint(C.policy_path)
     rm_ckpt = load_checkpoint(C.reward_model_path)
@@ -325,8 +347,10 @@ def main(argv):
         print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
               f"val ppl {ppl_start:.3f} -> {ppl_end:.3f}")
         total = sum(t.values())
+        plot_path = os.path.splitext(C.out_path)[0] + '_curves.png'
+        plot_history(history, plot_path)
         print("time: " + ', '.join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in t.items())
-              + f"; saved {C.out_path}, log {log_path}")
+              + f"; saved {C.out_path}, log {log_path}, plot {plot_path}")
     rt.close()
 
 

@@ -34,7 +34,7 @@ def cycle_run(tmp_path_factory, char_data):
 def test_one_cycle_produces_versioned_outputs_and_report(cycle_run):
     out, stdout = cycle_run
     for name in ('base_model_v1.pt', 'reward_data_v1', 'reward_model_v1.pt', 'base_model_v2.pt', 'eval_v1.json',
-                 'eval_v2.json', 'grpo_v1_log.jsonl', 'report.md', 'grpo_curves.png', 'cycles.png'):
+                 'eval_v2.json', 'grpo_v1_log.jsonl', 'grpo_v1_curves.png', 'report.md', 'grpo_curves.png', 'cycles.png'):
         assert (out / name).exists(), name
     assert not list(out.glob('*.partial'))
     report = (out / 'report.md').read_text()

@@ -124,6 +124,7 @@ def test_grpo_raises_the_reward_on_a_known_case(known_answer_run):
     assert all(set(h) >= {'reward', 'reward_std', 'kl', 'clip_ratio'} for h in history)
     assert any(h['clip_ratio'] > 0 for h in history)  # mu=2: the second pass is off-policy and can clip
     assert 'stopped by max_steps' in stdout
+    assert (d / 'policy_curves.png').read_bytes()[:4] == b'\x89PNG'
     lines = open(d / 'policy_log.jsonl').read().splitlines()
     assert len(lines) == 30 and json.loads(lines[0])['step'] == 0
 
@@ -166,3 +167,15 @@ def test_mismatched_tokenization_is_refused(tmp_path, char_ckpt, bpe_ckpt, known
     r = run_script('train_grpo.py', f'--policy_path={bpe_ckpt}', f'--reward_model_path={d / "rm.pt"}',
                    f'--out_path={tmp_path / "p.pt"}', '--device=cpu')
     assert r.returncode == 2 and 'tokenization mismatch' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_torchrun_two_ranks(tmp_path, known_answer_run, char_ckpt, char_data):
+    d, _ = known_answer_run
+    out = tmp_path / 'ddp' / 'p.pt'
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train_grpo.py',
+                   f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}', f'--dataset={char_data}',
+                   f'--out_path={out}', '--device=cpu', '--backend=gloo', '--max_steps=4', '--eval_interval=2',
+                   '--prompts_per_step=4', '--learning_rate=1e-3', env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode == 0, r.stderr[-2000:]
+    history = load_checkpoint(str(out))['metrics']['history']
+    assert len(history) == 4 and all(0 <= h['reward'] <= 1 for h in history)

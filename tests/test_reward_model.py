@@ -104,3 +104,13 @@ def test_reward_metrics_hand_values():
     m = reward_metrics([0.5, 0.25], [0.75, 0.25], 8, 0.5)
     assert m['mse'] == pytest.approx((0.0625 + 0) / 2) and m['baseline_mse'] == pytest.approx((0.0625 + 0.0625) / 2)
     assert m['r2'] == pytest.approx(0.5) and m['mae'] == pytest.approx(0.125) and m['boundary_error'] == pytest.approx(1.0)
+
+
+def test_torchrun_two_ranks(tmp_path, char_ckpt, learnable_reward):
+    out = tmp_path / 'ddp.pt'
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train_reward_model.py',
+                   f'--model_path={char_ckpt}', f'--data_dir={learnable_reward}', f'--out_path={out}', '--device=cpu',
+                   '--backend=gloo', '--max_iters=40', '--eval_interval=20', '--batch_size=16', '--learning_rate=3e-3',
+                   env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert load_checkpoint(str(out))['metrics']['r2'] > 0.2
