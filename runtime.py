@@ -79,3 +79,12 @@ def all_reduce_mean(value, rt):
     t = torch.tensor([float(value)], dtype=torch.float64, device=rt.device)
     dist.all_reduce(t)
     return t.item() / rt.world_size
+
+
+def broadcast_stop(stop, rt):
+    """Rank 0 decides whether to stop; every rank follows (identity without DDP)."""
+    if not rt.ddp:
+        return stop
+    flag = torch.tensor([int(stop)], device=rt.device)
+    dist.broadcast(flag, 0)
+    return bool(flag.item())

@@ -12,14 +12,13 @@ import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from model import GPT, GPTConfig, evaluate_perplexity, load_checkpoint, save_checkpoint
-from runtime import setup_runtime
+from runtime import broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 
 # -----------------------------------------------------------------------------
@@ -214,11 +213,7 @@ def main(argv):
                                            f"for {C.patience} evaluations")
         if iter_num >= C.max_iters:
             stop = True
-        if rt.ddp:
-            flag = torch.tensor([int(stop)], device=rt.device)
-            dist.broadcast(flag, 0)
-            stop = bool(flag.item())
-        if stop:
+        if broadcast_stop(stop, rt):
             break
 
         for micro_step in range(grad_accum):

@@ -19,7 +19,6 @@ from collections import deque
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
@@ -28,7 +27,7 @@ from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint
 from reward_data_config import TokenizationInfo
-from runtime import all_reduce_mean, setup_runtime
+from runtime import all_reduce_mean, broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 from train import resolve_data_dir
 
@@ -324,11 +323,7 @@ def main(argv):
                 for s in seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
                     tqdm.write('  | ' + tokenizer.decode(s)[-120:].replace('\n', '\n  | '))
                 save(None, step + 1, None)
-        if rt.ddp:
-            flag = torch.tensor([int(stop)], device=rt.device)
-            dist.broadcast(flag, 0)
-            stop = bool(flag.item())
-        if stop:
+        if broadcast_stop(stop, rt):
             break
     bar.close()
     if rt.master:

@@ -24,7 +24,7 @@ from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from model import GPT, load_checkpoint, save_checkpoint
 from reward_dataset_loader import RewardDataset
-from runtime import setup_runtime
+from runtime import broadcast_stop, setup_runtime
 
 # -----------------------------------------------------------------------------
 model_path = ''  # the base (generator) checkpoint whose trunk the reward model uses
@@ -168,74 +168,59 @@ def main(argv):
         model.train(train_mode)
         return losses / len(val_ds), reward_metrics(np.concatenate(p), val_ds.y[:, 0], N, baseline_mean)
 
-    def log_eval(val_loss, m):
+    best_metrics, stop_reason = None, 'max_iters'
+
+    def evaluate_and_keep_best():
+        """Evaluate on the whole val split, log, and save the checkpoint when val loss improves."""
+        nonlocal best_val, best_metrics
+        val_loss, m = evaluate()
         tqdm.write(f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
                    f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens")
+        stopper.step(val_loss)
+        if val_loss < best_val:
+            best_val, best_metrics = val_loss, m
+            save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
+                            tokenization=tokenization, optimizer=optimizer, metrics=m,
+                            early_stopping=stopper.state_dict())
 
-    best_metrics, stop_reason, epoch = None, 'max_iters', 0
     gen = torch.Generator().manual_seed(C.seed + rt.rank)
     steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
     bar = tqdm(total=C.max_iters, initial=iter_num, desc='reward head', disable=not rt.master, dynamic_ncols=True,
                mininterval=2.0)
     train_mode = C.unfreeze_layers > 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
     model.train(train_mode)
-    train_loss = float('nan')
+    epoch, step = -1, steps_per_epoch
     while True:
-        perm = torch.randperm(len(train_ds), generator=gen).numpy()
-        for step in range(steps_per_epoch):
-            stop = False
-            if iter_num % C.eval_interval == 0 and rt.master:
-                val_loss, m = evaluate()
-                log_eval(val_loss, m)
-                stopper.step(val_loss)
-                if val_loss < best_val:
-                    best_val, best_metrics = val_loss, m
-                    save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
-                                    tokenization=tokenization, optimizer=optimizer, metrics=m,
-                                    early_stopping=stopper.state_dict())
-                if stopper.should_stop:
-                    stop, stop_reason = True, f"early stopping: val loss did not improve by {C.min_delta} for {C.patience} evaluations"
-            if iter_num >= C.max_iters:
-                stop = True
-            if rt.ddp:
-                flag = torch.tensor([int(stop)], device=rt.device)
-                dist.broadcast(flag, 0)
-                stop = bool(flag.item())
-            if stop:
-                break
-            rows = perm[(step * rt.world_size + rt.rank) * C.batch_size:][:C.batch_size]
-            probs, y = predict(train_ds, train_feats if cached else None, rows, True)
-            loss_t = loss_fn(probs, y, C.loss)
-            optimizer.zero_grad(set_to_none=True)
-            loss_t.backward()
-            if C.grad_clip:
-                torch.nn.utils.clip_grad_norm_(train_module.parameters(), C.grad_clip)
-            optimizer.step()
-            train_loss = loss_t.item()
-            iter_num += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{train_loss:.4f}", epoch=epoch)
-        else:
-            epoch += 1
-            if C.max_epochs and epoch >= C.max_epochs:
-                stop_reason = 'max_epochs'
-                if rt.master:  # a last evaluation of the final head
-                    val_loss, m = evaluate()
-                    log_eval(val_loss, m)
-                    if val_loss < best_val:
-                        best_val, best_metrics = val_loss, m
-                        save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
-                                        tokenization=tokenization, optimizer=optimizer, metrics=m,
-                                        early_stopping=stopper.state_dict())
-                break
-            continue
-        break
+        if step == steps_per_epoch:  # a new pass over the train split
+            epoch, step = epoch + 1, 0
+            perm = torch.randperm(len(train_ds), generator=gen).numpy()
+        done_by = 'max_iters' if iter_num >= C.max_iters else \
+            'max_epochs' if C.max_epochs and epoch >= C.max_epochs else None
+        if rt.master and (iter_num % C.eval_interval == 0 or done_by):
+            evaluate_and_keep_best()
+            if stopper.should_stop and not done_by:
+                done_by = f"early stopping: val loss did not improve by {C.min_delta} for {C.patience} evaluations"
+        stop_reason = done_by or stop_reason
+        if broadcast_stop(done_by is not None, rt):
+            break
+        rows = perm[(step * rt.world_size + rt.rank) * C.batch_size:][:C.batch_size]
+        probs, y = predict(train_ds, train_feats if cached else None, rows, True)
+        loss_t = loss_fn(probs, y, C.loss)
+        optimizer.zero_grad(set_to_none=True)
+        loss_t.backward()
+        if C.grad_clip:
+            torch.nn.utils.clip_grad_norm_(train_module.parameters(), C.grad_clip)
+        optimizer.step()
+        iter_num, step = iter_num + 1, step + 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_t.item():.4f}", epoch=epoch)
     bar.close()
 
     if rt.master:
         trunk_after = {k: v for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
         changed = sum(not torch.equal(trunk_before[k], trunk_after[k]) for k in trunk_before)
-        print(f"done: {iter_num} iterations, {epoch} full epochs, {time.time() - t0:.1f}s; stopped by {stop_reason}")
+        epochs = iter_num * C.batch_size * rt.world_size / len(train_ds)
+        print(f"done: {iter_num} iterations ({epochs:.1f} epochs), {time.time() - t0:.1f}s; stopped by {stop_reason}")
         print(f"trunk tensors changed: {changed} (unfreeze_layers={C.unfreeze_layers})")
         if best_metrics:
             m = best_metrics
