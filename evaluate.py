@@ -15,7 +15,6 @@ A generator that really got closer to natural text is harder for a fresh judge.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile

@@ -6,7 +6,6 @@ and {split}_metadata.txt, memory-mapped so a dataset larger than RAM opens insta
 """
 
 import os
-import sys
 
 import numpy as np
 import torch

@@ -12,7 +12,6 @@ reference; num_iterations optimizer passes over each batch of rollouts.
 
 import copy
 import json
-import math
 import os
 import time
 from collections import deque
@@ -298,8 +297,6 @@ def main(argv):
         reward_ma.append(row['reward'])
         stop = False
         if rt.master:
-            with open(log_path, 'a') as f:
-                f.write(json.dumps(row) + '\n')
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}")
             if C.max_kl and row['kl'] is not None and row['kl'] > C.max_kl:
@@ -323,6 +320,8 @@ def main(argv):
                 for s in seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
                     tqdm.write('  | ' + tokenizer.decode(s)[-120:].replace('\n', '\n  | '))
                 save(None, step + 1, None)
+            with open(log_path, 'a') as f:
+                f.write(json.dumps(row) + '\n')
         if broadcast_stop(stop, rt):
             break
     bar.close()

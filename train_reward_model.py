@@ -10,7 +10,6 @@ through the full forward.
 """
 
 import math
-import os
 import time
 
 import numpy as np
