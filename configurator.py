@@ -50,6 +50,8 @@ def configure(defaults, argv):
                 value = literal_eval(raw)
             except (SyntaxError, ValueError):
                 value = raw  # a bare string, e.g. --device=cpu
+            if isinstance(defaults[key], str) and not isinstance(value, str):
+                value = raw  # a string option stays the text typed, e.g. --start=1603
             cfg[key] = _coerce(key, value, defaults[key])
     return SimpleNamespace(**cfg)
 

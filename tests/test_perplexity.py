@@ -38,3 +38,15 @@ def test_early_stopping_helper():
     up = EarlyStopping(patience=1, mode='max')
     assert up.step(0.1) and up.step(0.2) and not up.step(0.2) and up.should_stop
     assert not EarlyStopping(patience=0).should_stop
+
+
+def test_configurator_types():
+    from configurator import UserError, configure
+    import pytest
+    defaults = {'lr': 1e-3, 'steps': 10, 'name': 'x', 'top_k': None, 'flag': False}
+    c = configure(defaults, ['--lr=1', '--steps=20', '--name=1603', '--top_k=5', '--flag=True'])
+    assert (c.lr, c.steps, c.name, c.top_k, c.flag) == (1.0, 20, '1603', 5, True)
+    with pytest.raises(UserError, match="--steps expects a int"):
+        configure(defaults, ['--steps=2.5'])
+    with pytest.raises(UserError, match="unknown config key 'stepz'"):
+        configure(defaults, ['--stepz=2'])
