@@ -76,15 +76,25 @@ def natural_windows(val, n, length, seed):
     return torch.from_numpy(np.stack([val[o:o + length] for o in offsets]).astype(np.int64))
 
 
+def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device):
+    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judge's data are made the same way."""
+    return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
+            '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
+            '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
+            '--seed', str(seed), '--device', device]
+
+
+def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):
+    """The train_reward_model.py call of a judge; rm_args is the recipe (options of train_reward_model.py)."""
+    return [os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={model_path}', f'--data_dir={data_dir}',
+            f'--out_path={out_path}', f'--seed={seed}', f'--device={device}'] + list(rm_args)
+
+
 def run_fresh_judge(ckpt_path, data_dir, work_dir, device, max_blocks, samples_per_chunk, rm_args, seed):
     """Reward data from this generator, a new reward model on it (same recipe: rm_args), and its val metrics."""
     rd, rm = os.path.join(work_dir, 'judge_data'), os.path.join(work_dir, 'judge.pt')
-    cmds = [[sys.executable, os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', ckpt_path,
-             '--input_mode', 'binary', '--train_bin', os.path.join(data_dir, 'train.bin'),
-             '--val_bin', os.path.join(data_dir, 'val.bin'), '--output_dir', rd, '--device', device,
-             '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk), '--seed', str(seed)],
-            [sys.executable, os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={ckpt_path}',
-             f'--data_dir={rd}', f'--out_path={rm}', f'--device={device}', f'--seed={seed}'] + rm_args]
+    cmds = [[sys.executable] + reward_data_cmd(ckpt_path, data_dir, rd, max_blocks, samples_per_chunk, seed, device),
+            [sys.executable] + reward_model_cmd(ckpt_path, rd, rm, seed, device, rm_args)]
     for cmd in cmds:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:

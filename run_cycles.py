@@ -19,6 +19,7 @@ import time
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
+from evaluate import reward_data_cmd, reward_model_cmd
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -122,8 +123,7 @@ def main(argv):
     # one reward-model recipe for the cycle's judges and the fresh judges of the evaluation
     reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
                      f'--unfreeze_layers={C.reward_unfreeze_layers}', f'--learning_rate={C.reward_learning_rate}',
-                     f'--batch_size={C.reward_batch_size}', f'--eval_interval={C.reward_eval_interval}',
-                     f'--device={C.device}']
+                     f'--batch_size={C.reward_batch_size}', f'--eval_interval={C.reward_eval_interval}']
 
     def train_base(partial):
         work = os.path.join(out, 'base_v1_work')
@@ -163,13 +163,11 @@ def main(argv):
         base, rd, rm = path(f'base_model_v{n}.pt'), path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt')
         print(f"== cycle {n}")
         stage(f'cycle {n}: reward data', rd, lambda p: run(
-            [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', base, '--input_mode', 'binary',
-             '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
-             '--output_dir', p, '--max_blocks', str(C.reward_max_blocks), '--samples_per_chunk',
-             str(C.reward_samples_per_chunk), '--seed', str(C.seed + n)] + dev, os.path.join(logs, f'reward_data_v{n}.log')))
+            reward_data_cmd(base, data_dir, p, C.reward_max_blocks, C.reward_samples_per_chunk, C.seed + n, C.device),
+            os.path.join(logs, f'reward_data_v{n}.log')))
         stage(f'cycle {n}: reward model', rm, lambda p: run(
-            [os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={base}', f'--data_dir={rd}', f'--out_path={p}',
-             f'--seed={C.seed + n}'] + reward_recipe, os.path.join(logs, f'reward_model_v{n}.log')))
+            reward_model_cmd(base, rd, p, C.seed + n, C.device, reward_recipe),
+            os.path.join(logs, f'reward_model_v{n}.log')))
 
         def grpo(partial, n=n, base=base, rm=rm):
             run([os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={rm}',
