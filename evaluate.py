@@ -6,15 +6,17 @@ Evaluate generator checkpoints on the held-out val split and write the figures a
 
 For each checkpoint: val perplexity (the shared function); samples at a fixed seed continued from natural prompts and,
 against natural val text of the same length, distinct-n (n = 1..4, on tokens and on whitespace words), the
-repetition rate and MAUVE (features: mean-pooled hidden states of one fixed featurizer checkpoint, so figures are
-comparable across cycles); the mean P(natural) a reward model gives the samples; and the fresh-judge test: a new
-reward model, trained with the same recipe on reward data from this generator, and its val R² and boundary error.
+repetition rate, the share of words never seen in the train split, and MAUVE (features: mean-pooled hidden states
+of one fixed featurizer checkpoint, so figures are comparable across cycles); the mean P(natural) a reward model
+gives the samples; and the fresh-judge test: a new reward model, trained with the same recipe on reward data from
+this generator, and its val R² and boundary error.
 A generator that really got closer to natural text is harder for a fresh judge.
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,7 @@ from tokenization_manager import TokenizationManager
 from train import resolve_data_dir
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
 
 
 def distinct_n(sequences, n):
@@ -47,11 +50,25 @@ def repetition_rate(sequences, n=4):
     return float(np.mean(rates)) if rates else 0.0
 
 
-def text_statistics(token_seqs, texts):
+def words_of(text):
+    """Lower-cased words (letters and inner apostrophes) of a text."""
+    return [w.strip("'").lower() for w in re.findall(r"[A-Za-z']+", text) if w.strip("'")]
+
+
+def unknown_word_rate(texts, known_words):
+    """Share of words never seen in known_words (the train split's): the misspelt and invented words a char
+    model writes and natural text rarely has. Each text's first and last word are skipped: the window may cut them."""
+    words = [w for t in texts for w in words_of(t)[1:-1]]
+    return sum(w not in known_words for w in words) / len(words) if words else 0.0
+
+
+def text_statistics(token_seqs, texts, known_words=None):
     stats = {f'distinct_{n}_tokens': distinct_n(token_seqs, n) for n in range(1, 5)}
     words = [t.split() for t in texts]
     stats.update({f'distinct_{n}_words': distinct_n(words, n) for n in range(1, 5)})
     stats['repetition_rate_4_tokens'] = repetition_rate(token_seqs, 4)
+    if known_words is not None:
+        stats['unknown_word_rate'] = unknown_word_rate(texts, known_words)
     return stats
 
 
@@ -117,8 +134,10 @@ def evaluate_checkpoint(path, data_dir, device, featurizer=None, reward_model=No
     samples = model.generate(natural[:, :prompt_len], L - prompt_len, 1.0, None, generator=gen)
     figures = {'checkpoint': path, 'val_cross_entropy': ce, 'val_perplexity': ppl, 'num_samples': num_samples,
                'sample_length': L}
-    gen_stats = text_statistics(samples.tolist(), [tok.decode(s) for s in samples.tolist()])
-    nat_stats = text_statistics(natural.tolist(), [tok.decode(s) for s in natural.tolist()])
+    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
+    known = set(words_of(tok.decode(train[:VOCAB_TOKENS].tolist())))
+    gen_stats = text_statistics(samples.tolist(), [tok.decode(s) for s in samples.tolist()], known)
+    nat_stats = text_statistics(natural.tolist(), [tok.decode(s) for s in natural.tolist()], known)
     figures.update({k: v for k, v in gen_stats.items()})
     figures.update({f'natural_{k}': v for k, v in nat_stats.items()})
     featurizer = featurizer or model

@@ -18,6 +18,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 MODES = ('generator', 'reward')
+POOLINGS = ('last', 'mean')
 HEAD_PREFIX = {'generator': 'lm_head.', 'reward': 'reward_head.'}
 
 
@@ -136,6 +137,7 @@ class GPTConfig:
     bias: bool = True
     mode: str = 'generator'  # 'generator' (next-token LM) or 'reward' (natural/synthetic discriminator)
     reward_head_hidden_dim: int = 256
+    reward_pooling: str = 'last'  # reward head input: 'last' token's state or the 'mean' over all positions
 
 
 class GPT(nn.Module):
@@ -144,6 +146,8 @@ class GPT(nn.Module):
         super().__init__()
         if config.mode not in MODES:
             raise ValueError(f"GPTConfig.mode must be one of {MODES}, got {config.mode!r}")
+        if config.reward_pooling not in POOLINGS:
+            raise ValueError(f"GPTConfig.reward_pooling must be one of {POOLINGS}, got {config.reward_pooling!r}")
         assert config.vocab_size is not None and config.block_size is not None
         self.config = config
         self.transformer = nn.ModuleDict(dict(
@@ -202,8 +206,10 @@ class GPT(nn.Module):
         return self.transformer.ln_f(x)
 
     def reward_features(self, idx):
-        """Last-token pooling: the input of the reward head, (B, n_embd)."""
-        return self.hidden_states(idx)[:, -1, :]
+        """The input of the reward head, (B, n_embd): the last token's state, or the mean over positions, which
+        sees every token directly instead of through what the causal trunk carried to the end."""
+        x = self.hidden_states(idx)
+        return x[:, -1, :] if self.config.reward_pooling == 'last' else x.mean(dim=1)
 
     def forward(self, idx, targets=None):
         if self.config.mode == 'reward':

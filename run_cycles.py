@@ -44,6 +44,7 @@ reward_max_blocks = 300
 reward_samples_per_chunk = 4
 reward_max_iters = 1500
 reward_head_hidden_dim = 256
+reward_pooling = 'last'  # 'mean' sees every position; see docs/reward_model_training_infrastructure.md
 reward_unfreeze_layers = 0  # the seed's recipe freezes the trunk; see docs/reward_model_training_infrastructure.md
 reward_learning_rate = 1e-3
 reward_batch_size = 64
@@ -122,7 +123,7 @@ def main(argv):
     stage = Stages()
     # one reward-model recipe for the cycle's judges and the fresh judges of the evaluation
     reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
-                     f'--unfreeze_layers={C.reward_unfreeze_layers}', f'--learning_rate={C.reward_learning_rate}',
+                     f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}', f'--learning_rate={C.reward_learning_rate}',
                      f'--batch_size={C.reward_batch_size}', f'--eval_interval={C.reward_eval_interval}']
 
     def train_base(partial):
@@ -204,7 +205,8 @@ def cycle_rows(out):
         row = {'version': n, 'val_ppl': e['val_perplexity'], 'mauve': e['mauve'],
                'distinct_4': e['distinct_4_tokens'], 'natural_distinct_4': e['natural_distinct_4_tokens'],
                'repetition': e['repetition_rate_4_tokens'], 'judge_r2': e.get('fresh_judge_r2'),
-               'judge_be': e.get('fresh_judge_boundary_error'), 'p_natural': e.get('mean_p_natural')}
+               'judge_be': e.get('fresh_judge_boundary_error'), 'p_natural': e.get('mean_p_natural'),
+               'unknown_words': e.get('unknown_word_rate'), 'natural_unknown_words': e.get('natural_unknown_word_rate')}
         rm_path = os.path.join(out, f'reward_model_v{n}.pt')
         if os.path.exists(rm_path):
             m = load_checkpoint(rm_path)['metrics']
@@ -236,14 +238,14 @@ def write_report(out, C):
              'with the same recipe on this generator\'s samples: lower R² and higher boundary error mean its text is '
              'harder to tell from natural text.', '',
              '| base | val ppl | RM R² | RM boundary err | GRPO reward start → end | GRPO final KL | fresh-judge R² | '
-             'fresh-judge boundary err | distinct-4 (natural) | rep-4 | MAUVE |',
-             '|---|---|---|---|---|---|---|---|---|---|---|']
+             'fresh-judge boundary err | distinct-4 (natural) | rep-4 | unknown words (natural) | MAUVE |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         grpo = f"{fmt(r.get('grpo_reward_start'))} → {fmt(r.get('grpo_reward_end'))}" if 'grpo_history' in r else '–'
         lines.append(f"| v{r['version']} | {fmt(r['val_ppl'])} | {fmt(r.get('rm_r2'))} | {fmt(r.get('rm_be'), '.1f')} | "
                      f"{grpo} | {fmt(r.get('grpo_kl'), '.4f')} | {fmt(r['judge_r2'])} | {fmt(r['judge_be'], '.1f')} | "
                      f"{fmt(r['distinct_4'])} ({fmt(r['natural_distinct_4'])}) | {fmt(r['repetition'])} | "
-                     f"{fmt(r['mauve'])} |")
+                     f"{fmt(r['unknown_words'])} ({fmt(r['natural_unknown_words'])}) | {fmt(r['mauve'])} |")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for r in rows:
         if 'grpo_history' in r:
@@ -264,6 +266,8 @@ def write_report(out, C):
     axes[0].set(title='held-out perplexity', xlabel='base model version')
     axes[1].plot(versions, [r['judge_be'] if r['judge_be'] is not None else float('nan') for r in rows], marker='o')
     axes[1].set(title='fresh-judge boundary error (tokens)', xlabel='base model version')
+    for ax in axes:
+        ax.set_xticks(versions)
     fig.tight_layout()
     fig.savefig(os.path.join(out, 'cycles.png'), dpi=100)
     plt.close(fig)

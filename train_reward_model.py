@@ -1,6 +1,7 @@
 """
 Train the reward model: the base GPT's trunk (frozen by default) under a fresh MLP head that predicts
-[P(natural), P(synthetic)] of a sequence from its last token's final hidden state.
+[P(natural), P(synthetic)] of a sequence from its last token's final hidden state (or, with
+reward_pooling='mean', the mean of the final hidden states over all positions).
 
   python train_reward_model.py [config/train_reward_*.py] --model_path=BASE.pt --data_dir=REWARD_DATA --out_path=RM.pt
 
@@ -21,7 +22,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, load_checkpoint, save_checkpoint
+from model import GPT, POOLINGS, load_checkpoint, save_checkpoint
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
 
@@ -31,6 +32,7 @@ data_dir = 'data/reward_dataset'  # written by prepare_reward_data.py
 out_path = 'out-reward/reward_model.pt'
 init_from = 'base'  # 'base' (fresh head on model_path's trunk) or 'resume' (continue from out_path, the saved best)
 reward_head_hidden_dim = 256
+reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design) or 'mean' over positions
 unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f
 loss = 'mse'  # 'mse' or 'ce' (cross-entropy against the soft label)
 batch_size = 64
@@ -74,7 +76,7 @@ def freeze_trunk(model, unfreeze_layers):
 
 @torch.inference_mode()
 def compute_features(model, ds, batch_size, rt, desc):
-    """Pooled last-token features (n, n_embd) of every sample; under DDP each rank computes a contiguous share."""
+    """Pooled features (n, n_embd) of every sample (the reward head's input); under DDP each rank computes a contiguous share."""
     n = len(ds)
     feats = torch.zeros(n, model.config.n_embd, device=rt.device)
     share = math.ceil(n / rt.world_size)
@@ -119,9 +121,12 @@ def main(argv):
         raise UserError(f"reward data block size {N} exceeds the model's {src['model_args']['block_size']}")
     if not 0 <= C.unfreeze_layers <= src['model_args']['n_layer']:
         raise UserError(f"unfreeze_layers must be in [0, {src['model_args']['n_layer']}], got {C.unfreeze_layers}")
+    if C.reward_pooling not in POOLINGS:
+        raise UserError(f"reward_pooling must be one of {POOLINGS}, got {C.reward_pooling!r}")
+    head = src['model_args'] if C.init_from == 'resume' else vars(C)  # a resumed head keeps its own shape
     model = GPT.from_checkpoint(src, mode='reward', device=rt.device,
-                                reward_head_hidden_dim=src['model_args'].get('reward_head_hidden_dim')
-                                if C.init_from == 'resume' else C.reward_head_hidden_dim)
+                                reward_head_hidden_dim=head['reward_head_hidden_dim'],
+                                reward_pooling=head.get('reward_pooling', 'last'))
     freeze_trunk(model, C.unfreeze_layers)
     trunk_before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
     cached = C.unfreeze_layers == 0 and C.use_feature_cache

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from conftest import run_script
-from evaluate import distinct_n, repetition_rate, text_statistics
+from evaluate import distinct_n, repetition_rate, text_statistics, unknown_word_rate, words_of
 
 
 def test_distinct_n_and_repetition_exact_values():
@@ -15,6 +15,16 @@ def test_distinct_n_and_repetition_exact_values():
     assert repetition_rate([[1, 2, 3, 4, 5]], 4) == 0.0
     words = text_statistics([[0]], ["the cat the cat sat"])
     assert words['distinct_1_words'] == pytest.approx(3 / 5) and words['distinct_2_words'] == pytest.approx(3 / 4)
+
+
+def test_unknown_word_rate_skips_cut_words_and_ignores_case():
+    assert words_of("O, 'tis Romeo's KING!") == ['o', 'tis', "romeo's", 'king']
+    known = {'the', 'king', "romeo's"}
+    # first and last words ('xq', 'zz') may be cut by the window: skipped; of 'The KING blorf', 1 of 3 is unknown
+    assert unknown_word_rate(['xq The KING blorf zz'], known) == pytest.approx(1 / 3)
+    assert unknown_word_rate(["a romeo's b", 'only two'], known) == 0.0
+    stats = text_statistics([[0]], ['xq the blorf zz'], known)
+    assert stats['unknown_word_rate'] == pytest.approx(1 / 2)
 
 
 TINY_CYCLE = ['--num_cycles=1', '--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--base_max_iters=30',
@@ -41,7 +51,8 @@ def test_one_cycle_produces_versioned_outputs_and_report(cycle_run):
     assert (out / 'grpo_curves.png').read_bytes()[:4] == b'\x89PNG'
     e = json.loads((out / 'eval_v2.json').read_text())[0]
     assert {'val_perplexity', 'mauve', 'distinct_4_tokens', 'mean_p_natural', 'fresh_judge_r2',
-            'fresh_judge_boundary_error'} <= set(e)
+            'fresh_judge_boundary_error', 'unknown_word_rate', 'natural_unknown_word_rate'} <= set(e)
+    assert 0.0 <= e['unknown_word_rate'] <= 1.0 and 'unknown words (natural)' in report
     assert 'finished: num_cycles (1)' in stdout
 
 

@@ -20,6 +20,8 @@ def test_config_defaults_match_nanogpt():
 def test_invalid_mode_raises():
     with pytest.raises(ValueError, match="mode"):
         GPT(GPTConfig(**TINY, mode='critic'))
+    with pytest.raises(ValueError, match="reward_pooling"):
+        GPT(GPTConfig(**TINY, mode='reward', reward_pooling='max'))
 
 
 def test_generator_shapes_and_tied_head():
@@ -59,6 +61,18 @@ def test_reward_forward_uses_last_token_and_mse():
     changed = idx.clone()
     changed[:, 0] = (changed[:, 0] + 1) % 50  # an earlier token changes the last token's state through attention
     assert not torch.allclose(m(changed)[0], probs)
+
+
+def test_mean_pooling_averages_every_position(tmp_path):
+    m = tiny('reward', reward_pooling='mean')
+    torch.nn.init.normal_(m.reward_head[2].weight)
+    idx = torch.randint(0, 50, (2, 8))
+    probs = m(idx)[0]
+    assert torch.allclose(probs, m.reward_head(m.hidden_states(idx).mean(dim=1)))
+    assert not torch.allclose(probs, m.reward_head(m.hidden_states(idx)[:, -1]))
+    save_checkpoint(str(tmp_path / 'rm.pt'), m)
+    back = GPT.from_checkpoint(str(tmp_path / 'rm.pt'))
+    assert back.config.reward_pooling == 'mean' and torch.allclose(back(idx)[0], probs)
 
 
 def naive_greedy(m, idx, n):

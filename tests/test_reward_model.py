@@ -58,10 +58,13 @@ def test_checkpoint_round_trips_as_reward_model(trained_rm, learnable_reward):
     assert m['mse'] == pytest.approx(ckpt['metrics']['mse'], rel=1e-4)  # the saved figures are the saved model's
 
 
-def test_cached_features_equal_full_forward(tmp_path, char_ckpt, char_reward):
-    a = train_rm(char_ckpt, char_reward, tmp_path / 'a.pt', '--max_iters=12', '--eval_interval=4')
+@pytest.mark.parametrize('pooling', ['last', 'mean'])
+def test_cached_features_equal_full_forward(tmp_path, char_ckpt, char_reward, pooling):
+    a = train_rm(char_ckpt, char_reward, tmp_path / 'a.pt', '--max_iters=12', '--eval_interval=4',
+                 f'--reward_pooling={pooling}')
     b = train_rm(char_ckpt, char_reward, tmp_path / 'b.pt', '--max_iters=12', '--eval_interval=4',
-                 '--use_feature_cache=False')
+                 f'--reward_pooling={pooling}', '--use_feature_cache=False')
+    assert load_checkpoint(str(tmp_path / 'a.pt'))['model_args']['reward_pooling'] == pooling
     assert 'cached features' in a.stdout and 'cached features' not in b.stdout
     np.testing.assert_allclose(val_losses(a.stdout), val_losses(b.stdout), rtol=1e-5)
     ha, hb = load_checkpoint(str(tmp_path / 'a.pt'))['model'], load_checkpoint(str(tmp_path / 'b.pt'))['model']
