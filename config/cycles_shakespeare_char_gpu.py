@@ -18,6 +18,7 @@ base_patience = 4
 reward_max_blocks = 4000
 reward_samples_per_chunk = 10
 reward_max_iters = 5000
+reward_pooling = 'mean'
 
 grpo_max_steps = 500
 grpo_prompts_per_step = 32
