@@ -55,6 +55,13 @@ def words_of(text):
     return [w.strip("'").lower() for w in re.findall(r"[A-Za-z']+", text) if w.strip("'")]
 
 
+def train_words(data_dir):
+    """The known words of unknown_word_rate: those of the train split (its first VOCAB_TOKENS tokens)."""
+    tok = TokenizationManager('auto', data_dir=data_dir)
+    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
+    return set(words_of(tok.decode(train[:VOCAB_TOKENS].tolist())))
+
+
 def unknown_word_rate(texts, known_words):
     """Share of words never seen in known_words (the train split's): the misspelt and invented words a char
     model writes and natural text rarely has. Each text's first and last word are skipped: the window may cut them."""
@@ -121,7 +128,7 @@ def run_fresh_judge(ckpt_path, data_dir, work_dir, device, max_blocks, samples_p
             'fresh_judge_mse': m['mse'], 'fresh_judge_baseline_mse': m['baseline_mse']}
 
 
-def evaluate_checkpoint(path, data_dir, device, featurizer=None, reward_model=None, num_samples=64,
+def evaluate_checkpoint(path, data_dir, device, known_words, featurizer=None, reward_model=None, num_samples=64,
                         sample_len=None, prompt_len=8, seed=1337, fresh_judge=None, work_dir=None):
     ckpt = load_checkpoint(path)
     model = GPT.from_checkpoint(ckpt, device=device)
@@ -134,10 +141,8 @@ def evaluate_checkpoint(path, data_dir, device, featurizer=None, reward_model=No
     samples = model.generate(natural[:, :prompt_len], L - prompt_len, 1.0, None, generator=gen)
     figures = {'checkpoint': path, 'val_cross_entropy': ce, 'val_perplexity': ppl, 'num_samples': num_samples,
                'sample_length': L}
-    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    known = set(words_of(tok.decode(train[:VOCAB_TOKENS].tolist())))
-    gen_stats = text_statistics(samples.tolist(), [tok.decode(s) for s in samples.tolist()], known)
-    nat_stats = text_statistics(natural.tolist(), [tok.decode(s) for s in natural.tolist()], known)
+    gen_stats = text_statistics(samples.tolist(), [tok.decode(s) for s in samples.tolist()], known_words)
+    nat_stats = text_statistics(natural.tolist(), [tok.decode(s) for s in natural.tolist()], known_words)
     figures.update({k: v for k, v in gen_stats.items()})
     figures.update({f'natural_{k}': v for k, v in nat_stats.items()})
     featurizer = featurizer or model
@@ -177,10 +182,12 @@ def main(argv):
     rm = GPT.from_checkpoint(args.reward_model, device=device) if args.reward_model else None
     judge = dict(max_blocks=args.judge_max_blocks, samples_per_chunk=args.judge_samples_per_chunk,
                  rm_args=args.judge_args.split()) if args.fresh_judge else None
+    known_words = train_words(data_dir)  # read once: every checkpoint is judged against the same vocabulary
     results = []
     for path in args.checkpoints:
-        figures = evaluate_checkpoint(path, data_dir, device, featurizer, rm, args.num_samples, args.sample_len,
-                                      seed=args.seed, fresh_judge=judge, work_dir=os.path.dirname(os.path.abspath(args.out)))
+        figures = evaluate_checkpoint(path, data_dir, device, known_words, featurizer, rm, args.num_samples,
+                                      args.sample_len, seed=args.seed, fresh_judge=judge,
+                                      work_dir=os.path.dirname(os.path.abspath(args.out)))
         results.append(figures)
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
         print(f"{path}: {json.dumps(shown)}")
