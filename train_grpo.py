@@ -319,7 +319,8 @@ def main(argv):
                            f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")
                 for s in seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
                     tqdm.write('  | ' + tokenizer.decode(s)[-120:].replace('\n', '\n  | '))
-                save(None, step + 1, None)
+                if not stop and step + 1 < C.max_steps:  # the last step's checkpoint is the final save below
+                    save(None, step + 1, None)
             with open(log_path, 'a') as f:
                 f.write(json.dumps(row) + '\n')
         if broadcast_stop(stop, rt):
