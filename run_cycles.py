@@ -20,6 +20,7 @@ import time
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from evaluate import reward_data_cmd, reward_model_cmd
+from train import data_path
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -113,7 +114,7 @@ def main(argv):
     os.makedirs(logs, exist_ok=True)
     with open(os.path.join(out, 'config.json'), 'w') as f:
         json.dump(vars(C), f, indent=2)
-    data_dir = C.dataset if os.path.isdir(C.dataset) else os.path.join(ROOT, 'data', C.dataset)
+    data_dir = data_path(C.dataset)  # may not be prepared yet: prepared below
     if not os.path.isfile(os.path.join(data_dir, 'val.bin')):
         prepare = os.path.join(data_dir, 'prepare.py')
         if not os.path.isfile(prepare):
@@ -123,8 +124,9 @@ def main(argv):
     stage = Stages()
     # one reward-model recipe for the cycle's judges and the fresh judges of the evaluation
     reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
-                     f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}', f'--learning_rate={C.reward_learning_rate}',
-                     f'--batch_size={C.reward_batch_size}', f'--eval_interval={C.reward_eval_interval}']
+                     f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
+                     f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
+                     f'--eval_interval={C.reward_eval_interval}']
 
     def train_base(partial):
         work = os.path.join(out, 'base_v1_work')

@@ -69,8 +69,13 @@ seed = 1337
 DEFAULTS = config_defaults(globals())
 
 
+def data_path(name):
+    """A dataset folder: name itself if it is a folder, else data/name of this repository."""
+    return name if os.path.isdir(name) else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
+
+
 def resolve_data_dir(name):
-    data_dir = name if os.path.isdir(name) else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
+    data_dir = data_path(name)
     for split in ('train.bin', 'val.bin'):
         if not os.path.isfile(os.path.join(data_dir, split)):
             raise UserError(f"{os.path.join(data_dir, split)} not found: run data/{os.path.basename(data_dir)}/prepare.py "
