@@ -16,9 +16,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model import GPT, GPTConfig, sample_next_token  # noqa: E402
+from model import sample_next_token  # noqa: E402
 from prepare_reward_data import generate_mixed, make_crossovers  # noqa: E402
 from runtime import setup_runtime  # noqa: E402
+from shared import bench_model  # noqa: E402
 
 
 @torch.no_grad()
@@ -41,10 +42,7 @@ def main():
     p.add_argument('--baseline_samples', type=int, default=6)
     args = p.parse_args()
     rt = setup_runtime('cpu', seed=0)
-    if args.model_path:
-        model = GPT.from_checkpoint(args.model_path)
-    else:
-        model = GPT(GPTConfig(block_size=256, vocab_size=84, n_layer=4, n_head=4, n_embd=128)).eval()
+    model = bench_model(args.model_path)
     N = model.config.block_size
     if os.path.isfile(args.data):
         tokens = np.memmap(args.data, dtype=np.uint16, mode='r')[:N * args.blocks]

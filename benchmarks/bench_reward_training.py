@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model import GPT, GPTConfig  # noqa: E402
 from runtime import setup_runtime  # noqa: E402
+from shared import bench_model  # noqa: E402
 from train_reward_model import compute_features, freeze_trunk, loss_fn  # noqa: E402
 
 
@@ -61,10 +61,7 @@ def main():
     p.add_argument('--batch_size', type=int, default=64)
     args = p.parse_args()
     rt = setup_runtime('cpu', seed=0)
-    if args.model_path:
-        model = GPT.from_checkpoint(args.model_path, mode='reward')
-    else:
-        model = GPT(GPTConfig(block_size=256, vocab_size=84, n_layer=4, n_head=4, n_embd=128, mode='reward')).eval()
+    model = bench_model(args.model_path, mode='reward')
     freeze_trunk(model, 0)
     N = model.config.block_size
     rng = np.random.default_rng(0)
