@@ -1,37 +1,47 @@
 """
-Evaluate generator checkpoints on the held-out val split and write the figures as JSON.
+Evaluate generator checkpoints with instruments that never read the evaluated model's own features, and write the
+figures as JSON.
 
-  python evaluate.py CKPT [CKPT ...] --dataset data/shakespeare_char --out eval.json \
-      [--reward_model RM.pt] [--featurizer BASE_V1.pt] [--fresh_judge]
+  python evaluate.py CKPT [CKPT ...] --dataset data/shakespeare_char --referee REFEREE.pt --out eval.json \
+      [--temperatures 1.0,0.8] [--top_k N] [--reward_model RM.pt] [--judge_seeds 3] [--no_ppl] [--no_mauve]
 
-For each checkpoint: val perplexity (the shared function); samples at a fixed seed continued from natural prompts and,
-against natural val text of the same length, distinct-n (n = 1..4, on tokens and on whitespace words), the
-repetition rate, the share of words never seen in the train split, and MAUVE (features: mean-pooled hidden states
-of one fixed featurizer checkpoint, so figures are comparable across cycles); the mean P(natural) a reward model
-gives the samples; and the fresh-judge test: a new reward model, trained with the same recipe on reward data from
-this generator, and its val R² and boundary error.
-A generator that really got closer to natural text is harder for a fresh judge.
+The referee is one fixed generator checkpoint (a cycle uses its base_model_v1.pt) with the tokenization of the
+evaluated ones. For each checkpoint and sampling temperature (a "point"):
+- held-out perplexity over the whole val split at that temperature, with each window's cross-entropy (the verdict
+  compares models window by window);
+- num_samples samples continued from natural val prompts, against as many natural val windows that share no token
+  with those prompts: distinct-n, repetition, the unknown-word rate, the sampler's entropy, and MAUVE on the
+  referee's mean-pooled features with a bootstrap spread;
+- the fresh-judge test, judge_seeds times: crossover reward data written by this generator at this temperature
+  (each seed its own draw), a new judge head on the referee's frozen trunk, selected on one half of its val data
+  and reported on the other; boundary error and R² as mean ± sd over seeds. A generator whose text is really closer
+  to natural text leaves the judge a higher boundary error.
 """
 
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from configurator import UserError, run_cli
 from model import GPT, evaluate_perplexity, load_checkpoint
+from reward_data_config import TokenizationInfo
 from runtime import resolve_device
 from tokenization_manager import TokenizationManager
 from train import resolve_data_dir
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
+PROMPT_LEN = 8  # natural tokens each evaluation sample starts from
+# the fresh judge: the referee's trunk stays frozen (one fixed featurizer), its head sees the mean over positions
+JUDGE_FIXED_ARGS = ['--unfreeze_layers=0', '--reward_pooling=mean']
 
 
 def distinct_n(sequences, n):
@@ -80,6 +90,23 @@ def text_statistics(token_seqs, texts, known_words=None):
 
 
 @torch.no_grad()
+def sample_entropy(model, samples, start, temperature=1.0, top_k=None, batch_size=64):
+    """Mean entropy (nats) of the distribution each generated token was drawn from (positions start.. of samples):
+    the sampler's diversity, which temperature controls."""
+    total, count = 0.0, 0
+    for i in range(0, len(samples), batch_size):
+        x = samples[i:i + batch_size]
+        logits = model.lm_head(model.hidden_states(x[:, :-1]))[:, start - 1:].float() / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., [-1]]
+            logits = logits.masked_fill(logits < kth, -float('inf'))
+        logp = F.log_softmax(logits, dim=-1)
+        total += float(-(logp.exp() * logp.nan_to_num(0.0)).sum(-1).sum())
+        count += logits.shape[0] * logits.shape[1]
+    return total / count
+
+
+@torch.no_grad()
 def mean_pooled_features(featurizer, seqs, batch_size=64):
     out = []
     for i in range(0, len(seqs), batch_size):
@@ -87,25 +114,47 @@ def mean_pooled_features(featurizer, seqs, batch_size=64):
     return np.concatenate(out)
 
 
-def mauve_score(p_features, q_features, seed):
+def mauve_with_spread(p_features, q_features, seed, n_boot=10):
+    """MAUVE of the two sets, and the sd of MAUVE over n_boot bootstrap resamples of both (its sampling spread)."""
     import mauve
-    result = mauve.compute_mauve(p_features=p_features, q_features=q_features, seed=seed, verbose=False,
-                                 num_buckets=max(2, len(p_features) // 10))
-    return float(result.mauve)
 
-
-def natural_windows(val, n, length, seed):
+    def score(p, q, s):
+        return float(mauve.compute_mauve(p_features=p, q_features=q, seed=s, verbose=False,
+                                         num_buckets=max(2, len(p) // 10)).mauve)
     rng = np.random.default_rng(seed)
-    offsets = rng.integers(0, len(val) - length, size=n)
-    return torch.from_numpy(np.stack([val[o:o + length] for o in offsets]).astype(np.int64))
+    boots = [score(p_features[rng.integers(0, len(p_features), len(p_features))],
+                   q_features[rng.integers(0, len(q_features), len(q_features))], seed + b + 1) for b in range(n_boot)]
+    return score(p_features, q_features, seed), float(np.std(boots, ddof=1)) if n_boot > 1 else 0.0
 
 
-def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device):
-    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judge's data are made the same way."""
+def eval_windows(val, n, length, seed):
+    """2n distinct non-overlapping val windows of `length` tokens, drawn at random: the first n are the natural
+    reference, the other n give the samples' prompts, so no sample starts from a reference window."""
+    available = len(val) // length
+    if 2 * n > available:
+        raise UserError(f"the val split holds {available} windows of {length} tokens; evaluation needs 2 x {n}: "
+                        f"lower the number of samples to at most {available // 2}")
+    chosen = np.random.default_rng(seed).choice(available, size=2 * n, replace=False) * length
+    windows = np.stack([val[o:o + length] for o in chosen]).astype(np.int64)
+    return torch.from_numpy(windows[:n]), torch.from_numpy(windows[n:])
+
+
+def trunk_signature(state_dict):
+    """sha256 of the trunk's tensors (the 'transformer.' ones): equal iff two models share the same trunk."""
+    h = hashlib.sha256()
+    for k in sorted(k for k in state_dict if k.startswith('transformer.')):
+        h.update(k.encode())
+        h.update(state_dict[k].detach().cpu().contiguous().float().numpy().tobytes())
+    return h.hexdigest()
+
+
+def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
+                    top_k=None):
+    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way."""
     return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
             '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
             '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
-            '--seed', str(seed), '--device', device]
+            '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)]
 
 
 def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):
@@ -114,88 +163,205 @@ def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):
             f'--out_path={out_path}', f'--seed={seed}', f'--device={device}'] + list(rm_args)
 
 
-def run_fresh_judge(ckpt_path, data_dir, work_dir, device, max_blocks, samples_per_chunk, rm_args, seed):
-    """Reward data from this generator, a new reward model on it (same recipe: rm_args), and its val metrics."""
-    rd, rm = os.path.join(work_dir, 'judge_data'), os.path.join(work_dir, 'judge.pt')
-    cmds = [[sys.executable] + reward_data_cmd(ckpt_path, data_dir, rd, max_blocks, samples_per_chunk, seed, device),
-            [sys.executable] + reward_model_cmd(ckpt_path, rd, rm, seed, device, rm_args)]
-    for cmd in cmds:
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise UserError(f"fresh-judge step failed: {' '.join(cmd[1:3])}: {r.stderr.strip().splitlines()[-1:]}")
-    m = load_checkpoint(rm)['metrics']
-    return {'fresh_judge_r2': m['r2'], 'fresh_judge_boundary_error': m['boundary_error'],
-            'fresh_judge_mse': m['mse'], 'fresh_judge_baseline_mse': m['baseline_mse']}
+def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, temperature, top_k, max_blocks,
+                 samples_per_chunk, rm_args):
+    """One fresh judge per seed (run in this process, through the two scripts' own main): its figures on the test
+    half of its val data, and the signature of its trunk (always the referee's)."""
+    import prepare_reward_data
+    import train_reward_model
+    runs = []
+    for seed in seeds:
+        with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+            rd, rm = os.path.join(tmp, 'data'), os.path.join(tmp, 'judge.pt')
+            with open(os.devnull, 'w') as quiet, contextlib.redirect_stdout(quiet):  # their bars stay on stderr
+                prepare_reward_data.main(reward_data_cmd(ckpt_path, data_dir, rd, max_blocks, samples_per_chunk,
+                                                         seed, device, temperature, top_k)[1:])
+                train_reward_model.main(reward_model_cmd(referee_path, rd, rm, seed, device,
+                                                         list(rm_args) + JUDGE_FIXED_ARGS)[1:])
+            judge = load_checkpoint(rm)
+            runs.append(dict(judge['metrics'], seed=seed, trunk=trunk_signature(judge['model'])))
+        print(f"  fresh judge seed {seed}: boundary error {runs[-1]['boundary_error']:.2f}, R2 {runs[-1]['r2']:.4f}")
+    out = {'fresh_judge_runs': runs}
+    for key in ('boundary_error', 'r2'):
+        values = [r[key] for r in runs]
+        out[f'fresh_judge_{key}'] = float(np.mean(values))
+        out[f'fresh_judge_{key}_sd'] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    out['fresh_judge_n'] = len(runs)
+    return out
 
 
-def evaluate_checkpoint(path, data_dir, device, known_words, featurizer=None, reward_model=None, num_samples=64,
-                        sample_len=None, prompt_len=8, seed=1337, fresh_judge=None, work_dir=None):
+def evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference, prompts, reward_model):
+    """Every figure of one checkpoint sampled at one temperature."""
     ckpt = load_checkpoint(path)
     model = GPT.from_checkpoint(ckpt, device=device)
+    if model.config.block_size < reference.shape[1]:
+        raise UserError(f"{path} has block size {model.config.block_size}, below the referee's {reference.shape[1]}")
     tok = TokenizationManager.from_info(ckpt['tokenization'])
-    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    L = sample_len or model.config.block_size
-    ce, ppl = evaluate_perplexity(model, val, model.config.block_size)
-    natural = natural_windows(val, num_samples, L, seed).to(device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    samples = model.generate(natural[:, :prompt_len], L - prompt_len, 1.0, None, generator=gen)
-    figures = {'checkpoint': path, 'val_cross_entropy': ce, 'val_perplexity': ppl, 'num_samples': num_samples,
-               'sample_length': L}
-    gen_stats = text_statistics(samples.tolist(), [tok.decode(s) for s in samples.tolist()], known_words)
-    nat_stats = text_statistics(natural.tolist(), [tok.decode(s) for s in natural.tolist()], known_words)
-    figures.update({k: v for k, v in gen_stats.items()})
-    figures.update({f'natural_{k}': v for k, v in nat_stats.items()})
-    featurizer = featurizer or model
-    figures['mauve'] = mauve_score(mean_pooled_features(featurizer, natural), mean_pooled_features(featurizer, samples),
-                                   seed)
+    figures = {'checkpoint': os.path.abspath(path), 'temperature': temperature, 'top_k': A.top_k,
+               'num_samples': len(reference), 'sample_length': reference.shape[1]}
+    if not A.no_ppl:
+        val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+        ce, ppl, windows = evaluate_perplexity(model, val, model.config.block_size, temperature=temperature,
+                                               per_window=True)
+        figures.update(val_cross_entropy=ce, val_perplexity=ppl, val_window_cross_entropy=windows)
+    gen = torch.Generator(device=device).manual_seed(A.seed)
+    samples = model.generate(prompts[:, :PROMPT_LEN].to(device), reference.shape[1] - PROMPT_LEN, temperature,
+                             A.top_k, generator=gen)
+    texts = [tok.decode(s) for s in samples.tolist()]
+    figures.update(text_statistics(samples.tolist(), texts, known_words))
+    natural = text_statistics(reference.tolist(), [tok.decode(s) for s in reference.tolist()], known_words)
+    figures.update({f'natural_{k}': v for k, v in natural.items()})
+    figures['sample_entropy'] = sample_entropy(model, samples, PROMPT_LEN, temperature, A.top_k)
+    if not A.no_mauve:
+        figures['mauve'], figures['mauve_sd'] = mauve_with_spread(
+            mean_pooled_features(referee, reference.to(device)), mean_pooled_features(referee, samples), A.seed)
     if reward_model is not None:
         with torch.no_grad():
             figures['mean_p_natural'] = float(reward_model(samples)[0][:, 0].mean())
-            figures['mean_p_natural_of_natural_text'] = float(reward_model(natural)[0][:, 0].mean())
-    figures['samples'] = [tok.decode(s) for s in samples[:3].tolist()]
-    if fresh_judge:
-        with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-            figures.update(run_fresh_judge(path, data_dir, tmp, str(device), seed=seed, **fresh_judge))
+            figures['mean_p_natural_of_natural_text'] = float(reward_model(reference.to(device))[0][:, 0].mean())
+    figures['samples'] = texts[:3]
+    if A.judge_seeds:
+        seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]
+        figures.update(fresh_judges(path, A.referee, data_dir, A.work_dir, str(device), seeds, temperature, A.top_k,
+                                    A.judge_max_blocks, A.judge_samples_per_chunk, A.judge_args.split()))
     return figures
 
 
-def main(argv):
+# -----------------------------------------------------------------------------
+# the verdict: an arm against a control, given the spreads
+
+def _label(diff, p, alpha):
+    return 'indistinguishable' if not p < alpha else ('better' if diff > 0 else 'worse')
+
+
+def compare(arm, control, higher_is_better, alpha=0.05):
+    """
+    'better', 'indistinguishable' or 'worse': the arm against the control, each given as (mean, sd, n) over seeds,
+    by a two-sided Welch t-test at level alpha. With no spread on either side any difference decides.
+    """
+    from scipy import stats
+    (m1, s1, n1), (m2, s2, n2) = arm, control
+    diff = (m1 - m2) if higher_is_better else (m2 - m1)
+    if s1 == 0 and s2 == 0:
+        return _label(diff, 0.0 if diff else 1.0, alpha)
+    return _label(diff, stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue, alpha)
+
+
+def compare_paired(arm_values, control_values, higher_is_better, alpha=0.05):
+    """The same three labels from paired measurements (the cross-entropy of each val window), by a two-sided
+    paired t-test."""
+    from scipy import stats
+    d = np.asarray(arm_values, dtype=np.float64) - np.asarray(control_values, dtype=np.float64)
+    d = d if higher_is_better else -d
+    if np.all(d == d[0]):
+        return _label(d[0], 0.0 if d[0] else 1.0, alpha)
+    return _label(d.mean(), stats.ttest_1samp(d, 0.0).pvalue, alpha)
+
+
+def matched_temperature(points, entropy):
+    """
+    The control's temperature T* whose sample entropy equals the arm's, by linear interpolation along the sweep
+    (points: a base model's evaluation points at several temperatures), with the fresh-judge boundary error
+    interpolated there. An arm outside the sweep's entropy range is matched to the nearest end (flagged).
+    """
+    pts = sorted(points, key=lambda p: p['sample_entropy'])
+    xs = [p['sample_entropy'] for p in pts]
+
+    def at(key):
+        return float(np.interp(entropy, xs, [p[key] for p in pts]))
+    return dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
+                fresh_judge_boundary_error=at('fresh_judge_boundary_error'),
+                fresh_judge_boundary_error_sd=at('fresh_judge_boundary_error_sd'),
+                unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts))
+
+
+def cycle_verdict(arm, mle, sweep, base_path, data_dir, device):
+    """
+    The verdict of one cycle: its new generator (arm) against the MLE control (mle) and against the previous base
+    sampled at the matched temperature (sweep: that base's points). Both on the referee's fresh-judge boundary error
+    (higher is better) and on whole-split held-out perplexity (lower is better; window by window).
+    """
+    matched = matched_temperature(sweep, arm['sample_entropy'])
+    base = GPT.from_checkpoint(base_path, device=device)
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    _, ppl, windows = evaluate_perplexity(base, val, base.config.block_size, temperature=matched['temperature'],
+                                          per_window=True)
+    matched.update(val_perplexity=ppl)
+
+    def be(e):
+        return e['fresh_judge_boundary_error'], e['fresh_judge_boundary_error_sd'], e['fresh_judge_n']
+    verdicts = {
+        'mle': {'boundary_error': compare(be(arm), be(mle), True),
+                'perplexity': compare_paired(arm['val_window_cross_entropy'], mle['val_window_cross_entropy'], False)},
+        'temperature': {'boundary_error': compare(be(arm), be(matched), True),
+                        'perplexity': compare_paired(arm['val_window_cross_entropy'], windows, False)}}
+    return dict(matched=matched, verdicts=verdicts,
+                arm={k: arm[k] for k in ('val_perplexity', 'fresh_judge_boundary_error',
+                                         'fresh_judge_boundary_error_sd', 'sample_entropy', 'temperature')},
+                mle={k: mle[k] for k in ('val_perplexity', 'fresh_judge_boundary_error',
+                                         'fresh_judge_boundary_error_sd', 'sample_entropy')})
+
+
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('checkpoints', nargs='+')
     p.add_argument('--dataset', required=True, help="folder with train.bin/val.bin (the checkpoints' data)")
+    p.add_argument('--referee', required=True, help="the fixed generator checkpoint whose trunk serves MAUVE and "
+                   "every fresh judge (a cycle: its base_model_v1.pt)")
     p.add_argument('--out', default='eval.json')
-    p.add_argument('--reward_model', default=None)
-    p.add_argument('--featurizer', default=None, help="checkpoint whose mean-pooled states feed MAUVE (default: the first)")
-    p.add_argument('--num_samples', type=int, default=64)
-    p.add_argument('--sample_len', type=int, default=None)
+    p.add_argument('--temperatures', default='1.0', help="comma-separated sampling temperatures, each a point")
+    p.add_argument('--top_k', type=lambda s: None if s == 'None' else int(s), default=None)
+    p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples is reported")
+    p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')
-    p.add_argument('--fresh_judge', action='store_true')
-    p.add_argument('--judge_max_blocks', type=int, default=300)
+    p.add_argument('--no_ppl', action='store_true', help="skip the whole-split perplexity")
+    p.add_argument('--no_mauve', action='store_true')
+    p.add_argument('--judge_seeds', type=int, default=3, help="fresh judges per point (0: none)")
+    p.add_argument('--judge_max_blocks', type=int, default=300, help="natural blocks per split of each judge's data")
     p.add_argument('--judge_samples_per_chunk', type=int, default=4)
-    p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judge's recipe, "
-                   "e.g. '--max_iters=1500 --unfreeze_layers=2' (default: its defaults)")
-    args = p.parse_args(argv)
-    device = resolve_device(args.device)
-    data_dir = resolve_data_dir(args.dataset)
-    featurizer = GPT.from_checkpoint(args.featurizer or args.checkpoints[0], device=device)
-    rm = GPT.from_checkpoint(args.reward_model, device=device) if args.reward_model else None
-    judge = dict(max_blocks=args.judge_max_blocks, samples_per_chunk=args.judge_samples_per_chunk,
-                 rm_args=args.judge_args.split()) if args.fresh_judge else None
-    known_words = train_words(data_dir)  # read once: every checkpoint is judged against the same vocabulary
+    p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
+                   "e.g. '--max_iters=1500 --learning_rate=1e-3' (the trunk stays frozen, pooling is the mean)")
+    A = p.parse_args(argv)
+    try:
+        A.temperatures = [float(t) for t in A.temperatures.split(',')]
+    except ValueError:
+        raise UserError(f"--temperatures takes comma-separated numbers, got {A.temperatures!r}") from None
+    if min(A.temperatures) <= 0 or A.num_samples < 2 or A.judge_seeds < 0:
+        raise UserError("temperatures must be > 0, --num_samples >= 2 and --judge_seeds >= 0")
+    A.work_dir = os.path.dirname(os.path.abspath(A.out))
+    return A
+
+
+def main(argv):
+    A = parse_args(argv)
+    device = resolve_device(A.device)
+    data_dir = resolve_data_dir(A.dataset)
+    referee_ckpt = load_checkpoint(A.referee)
+    referee = GPT.from_checkpoint(referee_ckpt, mode='generator', device=device)
+    for path in A.checkpoints:
+        TokenizationInfo.from_dict(referee_ckpt['tokenization']).check_compatible(
+            TokenizationInfo.from_dict(load_checkpoint(path)['tokenization']), f'the referee {A.referee}', path)
+    rm = GPT.from_checkpoint(A.reward_model, device=device) if A.reward_model else None
+    known_words = train_words(data_dir)  # read once: every point is judged against the same vocabulary
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    reference, prompts = eval_windows(val, A.num_samples, referee.config.block_size, A.seed)
     results = []
-    for path in args.checkpoints:
-        figures = evaluate_checkpoint(path, data_dir, device, known_words, featurizer, rm, args.num_samples,
-                                      args.sample_len, seed=args.seed, fresh_judge=judge,
-                                      work_dir=os.path.dirname(os.path.abspath(args.out)))
-        results.append(figures)
-        shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
-        print(f"{path}: {json.dumps(shown)}")
-    tmp = args.out + '.tmp'
+    for path in A.checkpoints:
+        for temperature in A.temperatures:
+            print(f"{path} at temperature {temperature}:")
+            figures = evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference,
+                                     prompts, rm)
+            figures['referee'] = os.path.abspath(A.referee)
+            figures['referee_trunk'] = trunk_signature(referee_ckpt['model'])
+            results.append(figures)
+            shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
+            print(f"  {json.dumps(shown)}")
+    tmp = A.out + '.tmp'
     with open(tmp, 'w') as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}")
+        json.dump(results, f, indent=1)
+    os.replace(tmp, A.out)
+    print(f"wrote {A.out}")
 
 
 if __name__ == '__main__':

@@ -194,6 +194,11 @@ class GPT(nn.Module):
             n_params -= self.transformer.wpe.weight.numel()
         return n_params
 
+    def flops_per_token(self, backward=False):
+        """Compute per token: 2 FLOPs per parameter forward, 6 with the backward (the usual 6N estimate, attention
+        left out). The cycle's compute matching counts every stage with it, so it is deterministic."""
+        return (6 if backward else 2) * self.get_num_params()
+
     def hidden_states(self, idx, cache=None, pos=0):
         """The trunk: (B, T) token ids -> (B, T, n_embd) after the final LayerNorm."""
         T = idx.size(1)
@@ -329,6 +334,17 @@ def save_checkpoint(path, model, *, iter_num=0, best_val_loss=None, config=None,
     if optimizer is not None:
         ckpt['optimizer'] = optimizer.state_dict()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _save_atomic(ckpt, path)
+
+
+def update_checkpoint(path, **fields):
+    """Set top-level fields of a saved checkpoint, rewriting it atomically."""
+    ckpt = load_checkpoint(path)
+    ckpt.update(fields)
+    _save_atomic(ckpt, path)
+
+
+def _save_atomic(ckpt, path):
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(ckpt, tmp)
     os.replace(tmp, path)
@@ -348,11 +364,13 @@ def load_checkpoint(path, map_location='cpu'):
 # held-out perplexity: the one place it is computed
 
 @torch.no_grad()
-def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=None, ctx=None):
+def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=None, ctx=None, temperature=1.0,
+                        per_window=False):
     """
     Mean next-token cross-entropy and perplexity of a generator over a whole token array, in contiguous
     non-overlapping windows of block_size (the last one may be shorter): every token but the first is predicted
-    once. Returns (mean_cross_entropy, perplexity).
+    once. temperature scales the logits (the model as sampled at that temperature). Returns (mean_cross_entropy,
+    perplexity), and with per_window=True also each window's mean cross-entropy (for paired comparisons).
     """
     block_size = block_size or model.config.block_size
     device = device or next(model.parameters()).device
@@ -363,7 +381,7 @@ def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=No
     model.eval()
     starts = list(range(0, n_pred, block_size))
     full = [s for s in starts if s + block_size <= n_pred]
-    total = 0.0
+    window_sums, window_lengths = [], []
     groups = [full[i:i + batch_size] for i in range(0, len(full), batch_size)] + [[s] for s in starts[len(full):]]
     for group in groups:
         length = min(block_size, n_pred - group[0])
@@ -371,7 +389,11 @@ def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=No
         y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + length] for s in group]).astype(np.int64)).to(device)
         with ctx or nullcontext():
             logits = model.lm_head(model.hidden_states(x))
-        total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), reduction='sum').item()
+        ce = F.cross_entropy(logits.float().view(-1, logits.size(-1)) / temperature, y.view(-1), reduction='none')
+        window_sums += ce.view(len(group), length).sum(-1).tolist()
+        window_lengths += [length] * len(group)
     model.train(was_training)
-    mean_ce = total / n_pred
+    mean_ce = sum(window_sums) / n_pred
+    if per_window:
+        return mean_ce, math.exp(mean_ce), [s / n for s, n in zip(window_sums, window_lengths)]
     return mean_ce, math.exp(mean_ce)

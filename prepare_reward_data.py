@@ -1,5 +1,5 @@
 """
-Build the reward model's data: natural token blocks of length N whose tail, from a crossover K ~ U[1, N-1], is
+Build the reward model's data: natural token blocks of length N (drawn from the whole split) whose tail, from a crossover K ~ U[1, N-1], is
 rewritten by the base model. Label [K/N, (N-K)/N] = [share natural, share synthetic]. Train samples come only from
 the train split, val samples only from the val split.
 
@@ -27,7 +27,7 @@ from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, TokenizationInfo, format_problems
 from runtime import setup_runtime
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin
 MAX_ATTEMPTS = 3
 
 
@@ -50,18 +50,24 @@ def parse_args(argv):
     p.add_argument('--seed', type=int, default=d.seed)
     p.add_argument('--block_size', type=int, default=d.block_size, help="N (default: the model's block size)")
     p.add_argument('--batch_size', type=int, default=d.batch_size, help="sequences generated together")
-    p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split")
+    p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split, drawn at random from all of it (default: every block)")
     return RewardDataConfig(**vars(p.parse_args(argv)))
 
 
 def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng):
-    """Consecutive non-overlapping blocks (n_blocks, N) and a crossover K in [1, N-1] per sample (n_blocks, spc)."""
-    n_blocks = len(tokens) // N
-    if max_blocks:
-        n_blocks = min(n_blocks, max_blocks)
-    blocks = np.asarray(tokens[:n_blocks * N]).reshape(n_blocks, N)
-    K = rng.integers(1, N, size=(n_blocks, samples_per_chunk))
-    return blocks, K
+    """
+    Blocks (n_blocks, N), their token offsets in the split (n_blocks,), and a crossover K in [1, N-1] per sample
+    (n_blocks, spc). The split is cut into consecutive non-overlapping blocks; with max_blocks below their number,
+    max_blocks of them are drawn uniformly without replacement (kept in split order), so the data spans the whole
+    split instead of its first pages.
+    """
+    n_total = len(tokens) // N
+    chosen = np.arange(n_total)
+    if max_blocks and max_blocks < n_total:
+        chosen = np.sort(rng.choice(n_total, size=max_blocks, replace=False))
+    blocks = np.asarray(tokens[:n_total * N]).reshape(n_total, N)[chosen]
+    K = rng.integers(1, N, size=(len(chosen), samples_per_chunk))
+    return blocks, chosen * N, K
 
 
 def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, desc):
@@ -110,9 +116,11 @@ def labels_for(K, N):
     return np.stack([k / N, (N - k) / N], axis=1).astype(np.float32)
 
 
-def write_split(out_dir, split, x, y, meta):
+def write_split(out_dir, split, x, y, meta, block_offsets=None):
     x.tofile(os.path.join(out_dir, f'{split}_x.bin'))
     y.tofile(os.path.join(out_dir, f'{split}_y.bin'))
+    if block_offsets is not None:  # sample s comes from the block at token offset block_offsets[s // samples_per_chunk]
+        np.asarray(block_offsets, dtype=np.int64).tofile(os.path.join(out_dir, f'{split}_block_offsets.bin'))
     meta = dict(num_samples=len(x), block_size=x.shape[1], x_shape=f"({x.shape[0]}, {x.shape[1]})",
                 y_shape=f"({y.shape[0]}, 2)", x_dtype='uint16', y_dtype='float32', **meta)
     with open(os.path.join(out_dir, f'{split}_metadata.txt'), 'w') as f:
@@ -154,13 +162,19 @@ def main(argv):
     summary, t0 = [], time.time()
     for split_idx, (split, tokens) in enumerate((('train', train), ('val', val))):
         rng = np.random.default_rng([cfg.seed, split_idx])
-        blocks, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng)
+        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng)
         t_split = time.time()
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
                            cfg.seed * 2 + split_idx, rt, f"{split} ({len(blocks)} blocks)")
         y = labels_for(K, N)
         if rt.master:
-            write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks)))
+            n_total = len(tokens) // N
+            drawn = 'all, in order' if len(blocks) == n_total else \
+                f"uniformly without replacement (seed {cfg.seed}), kept in split order"
+            write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks),
+                                                   blocks_in_split=n_total, block_selection=drawn,
+                                                   block_offsets_file=f'{split}_block_offsets.bin',
+                                                   flops=model.flops_per_token() * len(x) * N), offsets)
             generated = int((N - K).sum())
             summary.append((split, len(blocks), len(x), generated, time.time() - t_split, y[:, 0].mean()))
     if rt.ddp:

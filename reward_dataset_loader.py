@@ -60,6 +60,19 @@ class RewardDataset(Dataset):
     def __getitem__(self, i):
         return torch.from_numpy(self.x[i].astype(np.int64)), torch.from_numpy(np.array(self.y[i]))
 
+    def selection_and_test_rows(self):
+        """
+        The val split cut in two for honest figures: rows of even blocks select (early stopping, the best checkpoint),
+        rows of odd blocks report. All samples of one natural block share its prefix, so they stay on one side.
+        """
+        spc = int(self.metadata.get('samples_per_chunk', 1))
+        block = np.arange(self.num_samples) // spc
+        select, test = np.flatnonzero(block % 2 == 0), np.flatnonzero(block % 2 == 1)
+        if len(test) == 0:
+            raise ValueError(f"{self.data_dir} has {self.num_samples} val samples from one block: selection and test "
+                             f"need at least two val blocks (raise --max_blocks)")
+        return select, test
+
     def get_tokenization_info(self):
         return self.tokenization
 

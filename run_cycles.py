@@ -1,16 +1,22 @@
 """
-The adversarial cycle, end to end, through the existing scripts and files on disk:
-  prepare the corpus if missing -> cycle 0: base model (early stopping) -> for n = 1..num_cycles:
-  reward data from base v{n} -> reward model v{n} -> GRPO -> base v{n+1}; evaluation and report.md after each cycle.
+The adversarial cycle, end to end, through the existing scripts and files on disk, with its controls:
+  prepare the corpus if missing -> cycle 0: base model v1 -> for n = 1..num_cycles:
+  reward data from base v{n} -> reward model v{n} -> GRPO -> base v{n+1};
+  controls: base v{n} trained further with next-token loss for the cycle's compute (mle_v{n+1}.pt), and base v{n}
+  sampled at several temperatures; every version and control measured by the same instruments (evaluate.py, one
+  fixed referee); the cycle's verdict against both controls; report.md after each cycle.
 
   python run_cycles.py [config/cycles_*.py] [--key=value ...]
 
-Everything lives in out_dir, versioned (base_model_v1.pt, reward_data_v1/, reward_model_v1.pt, ...). Rerunning the
-same command skips every stage whose output is complete and redoes the first missing one: each stage writes under a
-temporary name and renames at the end, so an interrupted stage is never trusted.
+Everything lives in out_dir. Each stage leaves a manifest (manifests/NAME.json: its exact command and a content
+signature of its inputs). Rerunning skips a stage only when its outputs exist and its manifest matches; a stage that
+has to run first removes every artefact that depends on what it rewrites, and writes under temporary names that it
+renames at the end, so artefacts of different runs are never paired and the report reads only this run's.
 """
 
+import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -20,6 +26,7 @@ import time
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from evaluate import reward_data_cmd, reward_model_cmd
+from runtime import resolve_device
 from train import data_path
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -30,6 +37,8 @@ num_cycles = 2
 dataset = 'shakespeare_char'  # a data/ folder (prepared on demand for shakespeare_char / shakespeare) or a path
 device = 'auto'
 seed = 1337
+sample_temperature = 1.0  # sampling of the judge's data, the GRPO rollouts and the evaluation
+sample_top_k = None
 # base model (train.py)
 n_layer = 4
 n_head = 4
@@ -57,11 +66,20 @@ grpo_num_generations = 8
 grpo_learning_rate = 2e-4
 grpo_beta = 0.04
 grpo_num_iterations = 1
+grpo_scale_rewards = 'group'
 grpo_max_kl = 0.0
 grpo_eval_interval = 20
-# evaluation
-eval_num_samples = 64
-fresh_judge = True
+# instruments (evaluate.py): one fixed referee for MAUVE and every fresh judge
+referee_path = ''  # '' = this run's base_model_v1.pt; or a stronger generator checkpoint with the same tokenization
+eval_num_samples = 1000
+judge_seeds = 3  # fresh judges per evaluation point, each on its own data: the spread of the boundary error
+judge_max_blocks = 300  # natural blocks per split of each fresh judge's data
+judge_samples_per_chunk = 4
+judge_max_iters = 1500
+judge_learning_rate = 1e-3
+# controls
+controls = True  # the MLE and temperature controls and the verdict of every cycle
+control_temperatures = '0.6,0.7,0.8,0.9,1.0'  # the previous base's temperature sweep
 # stop early when held-out perplexity has not improved by min_delta for patience cycles (0 disables)
 patience = 0
 min_delta = 0.0
@@ -70,217 +88,439 @@ DEFAULTS = config_defaults(globals())
 
 
 def run(args, log_path):
-    """Run one script to completion, its output into log_path; a failure stops the cycle with the log's tail."""
-    print(f"  $ {' '.join(os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT) else a for a in args)}")
-    with open(log_path, 'w') as log:
-        r = subprocess.run([sys.executable] + args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        tail = open(log_path).read().strip().splitlines()[-3:]
-        raise UserError(f"stage failed ({os.path.basename(args[0])}, see {log_path}): {' | '.join(tail)}")
+    """Run one script to completion, its output into log_path and, on a terminal, its latest line (its progress bar
+    or log line) shown live; a failure stops the cycle with the log's tail."""
+    print(f"  $ {' '.join(os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT) else a for a in args)}",
+          flush=True)
+    live = sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns - 5
+    tail = b''
+    with open(log_path, 'wb') as log:
+        proc = subprocess.Popen([sys.executable] + args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for chunk in iter(lambda: proc.stdout.read1(4096), b''):
+            log.write(chunk)
+            tail = (tail + chunk)[-4096:]
+            if live:
+                lines = [l for l in tail.replace(b'\r', b'\n').split(b'\n') if l.strip()]
+                if lines:
+                    sys.stdout.write('\r\033[K    ' + lines[-1].decode(errors='replace')[:width])
+                    sys.stdout.flush()
+        proc.wait()
+    if live:
+        sys.stdout.write('\r\033[K')
+    if proc.returncode != 0:
+        last = [l for l in open(log_path, errors='replace').read().replace('\r', '\n').splitlines() if l.strip()][-3:]
+        raise UserError(f"stage failed ({os.path.basename(args[0])}, see {log_path}): {' | '.join(last)}")
 
 
-class Stages:
+class Pipeline:
     """
-    Runs stages in order. A stage whose output exists is skipped, until one stage has to be built: from then on every
-    later stage is rebuilt too, since its inputs changed. Each builds under a temporary name, renamed at the end.
+    Runs the stages of one run in order. A stage's manifest records its command and the content signature of each
+    input; the stage is skipped only when its outputs exist and that manifest matches. A stage that runs first
+    removes, through the manifests, every artefact downstream of its outputs (of this run or an earlier one), then
+    builds under temporary names, renames, and writes its manifest last: an interruption anywhere leaves only
+    artefacts whose manifests match their inputs, or no manifest at all (rebuilt on the next run).
     """
 
-    def __init__(self):
-        self.rebuilding = False
+    def __init__(self, out):
+        self.out = out
+        self.manifests = os.path.join(out, 'manifests')
+        os.makedirs(self.manifests, exist_ok=True)
+        self.current = {}  # stage name -> outputs, for the stages of this run that completed
+        self._hashes = {}
 
-    def __call__(self, name, output, build):
-        if os.path.exists(output) and not self.rebuilding:
-            print(f"[skip] {name}: {os.path.basename(output)} exists")
+    def rel(self, value):
+        """A path as it enters a manifest: relative to the run or the repository, so a moved run stays valid."""
+        return str(value).replace(self.out + os.sep, '$OUT' + os.sep).replace(ROOT + os.sep, '$ROOT' + os.sep)
+
+    def signature(self, path):
+        """sha256 of a file's bytes, or of a folder's file names and bytes."""
+        if os.path.isdir(path):
+            h = hashlib.sha256()
+            for name in sorted(os.listdir(path)):
+                h.update(name.encode() + self.signature(os.path.join(path, name)).encode())
+            return h.hexdigest()
+        st = os.stat(path)
+        key = (path, st.st_size, st.st_mtime_ns)
+        if key not in self._hashes:
+            h = hashlib.sha256()
+            with open(path, 'rb') as f:
+                for block in iter(lambda: f.read(1 << 20), b''):
+                    h.update(block)
+            self._hashes[key] = h.hexdigest()
+        return self._hashes[key]
+
+    def _manifest_path(self, name):
+        return os.path.join(self.manifests, name.replace(' ', '_').replace('>', '').replace(':', '') + '.json')
+
+    def _read(self, path):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def _remove(self, paths):
+        for p in paths:
+            if os.path.isdir(p):
+                shutil.rmtree(p)
+            elif os.path.exists(p):
+                os.remove(p)
+
+    def _remove_downstream(self, outputs):
+        """Remove every artefact that depends, directly or not, on one of outputs, and its manifest."""
+        changed = {self.rel(o) for o in outputs}
+        found = True
+        while found:
+            found = False
+            for name in sorted(os.listdir(self.manifests)):
+                m = self._read(os.path.join(self.manifests, name))
+                if m and set(m['inputs']) & changed:
+                    self._remove([o.replace('$OUT', self.out, 1) for o in m['outputs']])
+                    os.remove(os.path.join(self.manifests, name))
+                    changed |= set(m['outputs'])
+                    found = True
+
+    def stage(self, name, outputs, inputs, command, build):
+        """outputs, inputs: absolute paths; command: the exact argv (for an in-process stage, its description);
+        build(partials) writes the outputs under the temporary names partials."""
+        manifest = {'command': [self.rel(a) for a in command], 'outputs': [self.rel(o) for o in outputs],
+                    'inputs': {self.rel(p): self.signature(p) for p in inputs}}
+        mpath = self._manifest_path(name)
+        if all(os.path.exists(o) for o in outputs) and self._read(mpath) == manifest:
+            print(f"[skip] {name}", flush=True)
+            self.current[name] = outputs
             return
-        print(f"[run]  {name}")
-        self.rebuilding = True
+        print(f"[run]  {name}", flush=True)
+        self._remove_downstream(outputs)
+        partials = [o + '.partial' for o in outputs]
+        self._remove([mpath] + outputs + partials)
         t0 = time.time()
-        partial = output + '.partial'
-        for stale in (partial, output):
-            if os.path.isdir(stale):
-                shutil.rmtree(stale)
-            elif os.path.isfile(stale):
-                os.remove(stale)
-        build(partial)
-        os.replace(partial, output)
-        print(f"       done in {time.time() - t0:.0f}s")
+        build(partials)
+        for partial, output in zip(partials, outputs):
+            os.replace(partial, output)
+        tmp = mpath + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump(manifest, f, indent=1)
+        os.replace(tmp, mpath)
+        self.current[name] = outputs
+        print(f"       done in {time.time() - t0:.0f}s", flush=True)
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cycle_flops(reward_data_dir, reward_model_path, grpo_path):
+    """The compute of one cycle as its three scripts recorded it (model FLOPs: deterministic, unlike wall-clock)."""
+    from model import load_checkpoint
+    from reward_dataset_loader import read_metadata
+    data = sum(int(read_metadata(os.path.join(reward_data_dir, f'{split}_metadata.txt'))['flops'])
+               for split in ('train', 'val'))
+    return data + load_checkpoint(reward_model_path)['flops'] + load_checkpoint(grpo_path)['metrics']['flops']
 
 
 def main(argv):
     C = configure(DEFAULTS, argv)
+    try:
+        temps = sorted({float(t) for t in C.control_temperatures.split(',')})
+    except ValueError:
+        raise UserError(f"control_temperatures takes comma-separated numbers, got {C.control_temperatures!r}") from None
     os.makedirs(C.out_dir, exist_ok=True)
     out = os.path.abspath(C.out_dir)
     logs = os.path.join(out, 'logs')
     os.makedirs(logs, exist_ok=True)
     with open(os.path.join(out, 'config.json'), 'w') as f:
         json.dump(vars(C), f, indent=2)
-    data_dir = data_path(C.dataset)  # may not be prepared yet: prepared below
+    data_dir = data_path(C.dataset)  # absolute; may not be prepared yet: prepared below
     if not os.path.isfile(os.path.join(data_dir, 'val.bin')):
         prepare = os.path.join(data_dir, 'prepare.py')
         if not os.path.isfile(prepare):
             raise UserError(f"{data_dir} has no train.bin/val.bin and no prepare.py: pass --dataset with prepared data")
         run([prepare], os.path.join(logs, 'prepare.log'))  # writes atomically itself
-    dev = ['--device', C.device]
-    stage = Stages()
-    # one reward-model recipe for the cycle's judges and the fresh judges of the evaluation
-    reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
-                     f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
-                     f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
-                     f'--eval_interval={C.reward_eval_interval}']
-
-    def train_base(partial):
-        work = os.path.join(out, 'base_v1_work')
-        shutil.rmtree(work, ignore_errors=True)
-        run([os.path.join(ROOT, 'train.py'), f'--dataset={data_dir}', f'--out_dir={work}', f'--n_layer={C.n_layer}',
-             f'--n_head={C.n_head}', f'--n_embd={C.n_embd}', f'--block_size={C.block_size}',
-             f'--batch_size={C.batch_size}', f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
-             f'--learning_rate={C.base_learning_rate}', f'--min_lr={C.base_learning_rate / 10}', '--beta2=0.99',
-             f'--eval_interval={C.base_eval_interval}', '--eval_iters=20', '--log_interval=100',
-             '--always_save_checkpoint=False', f'--patience={C.base_patience}', '--min_delta=0.002',
-             '--warmup_iters=50', '--ppl_max_tokens=50000', '--compile=False', f'--device={C.device}',
-             f'--seed={C.seed}'], os.path.join(logs, 'base_v1.log'))
-        shutil.move(os.path.join(work, 'ckpt.pt'), partial)
-        shutil.rmtree(work)
-
-    def evaluate(n, reward_model):
-        def build(partial):
-            args = [os.path.join(ROOT, 'evaluate.py'), path(f'base_model_v{n}.pt'), '--dataset', data_dir, '--out', partial,
-                    '--featurizer', path('base_model_v1.pt'), '--num_samples', str(C.eval_num_samples),
-                    '--seed', str(C.seed), '--judge_max_blocks', str(C.reward_max_blocks),
-                    '--judge_samples_per_chunk', str(C.reward_samples_per_chunk)] + dev
-            args += ['--judge_args=' + ' '.join(reward_recipe)]
-            args += ['--fresh_judge'] if C.fresh_judge else []
-            args += ['--reward_model', reward_model] if reward_model else []
-            run(args, os.path.join(logs, f'eval_v{n}.log'))
-        stage(f'evaluate base v{n}', path(f'eval_v{n}.json'), build)
+    data_files = [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin', 'meta.pkl')
+                  if os.path.exists(os.path.join(data_dir, f))]
+    pipe = Pipeline(out)
 
     def path(name):
         return os.path.join(out, name)
 
-    stage('cycle 0: base model', path('base_model_v1.pt'), train_base)
-    evaluate(1, None)
+    def script_stage(name, outputs, inputs, args, log, after=None):
+        """A stage that runs one script; the token PARTIAL in args stands for its first output's temporary name."""
+        def build(partials):
+            run([a.replace('PARTIAL', partials[0]) for a in args], os.path.join(logs, log))
+            if after:
+                after(partials)
+        pipe.stage(name, outputs, inputs, args, build)
+
+    # one reward-model recipe for the cycle's judges
+    reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
+                     f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
+                     f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
+                     f'--eval_interval={C.reward_eval_interval}']
+    train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
+                  f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', '--beta2=0.99', '--eval_iters=20',
+                  '--log_interval=100', '--ppl_max_tokens=50000', '--compile=False', f'--device={C.device}']
+
+    def train_stage(name, output, inputs, extra, log):
+        """train.py into a work folder; its ckpt.pt becomes the output."""
+        work = output + '.work'
+
+        def build(partials):
+            shutil.rmtree(work, ignore_errors=True)
+            run([os.path.join(ROOT, 'train.py'), f'--out_dir={work}'] + train_args + extra, os.path.join(logs, log))
+            shutil.move(os.path.join(work, 'ckpt.pt'), partials[0])
+            shutil.rmtree(work)
+        pipe.stage(name, [output], inputs, ['train.py'] + train_args + extra, build)
+
+    train_stage('base v1', path('base_model_v1.pt'), data_files,
+                [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
+                 f'--learning_rate={C.base_learning_rate}', f'--min_lr={C.base_learning_rate / 10}',
+                 f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
+                 f'--patience={C.base_patience}', '--min_delta=0.002', '--warmup_iters=50', f'--seed={C.seed}'],
+                'base_v1.log')
+    referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
+    judge_recipe = (f'--max_iters={C.judge_max_iters} --learning_rate={C.judge_learning_rate} '
+                    f'--reward_head_hidden_dim={C.reward_head_hidden_dim} --batch_size=64 --eval_interval=100')
+
+    def evaluate_stage(name, output, ckpt, log, temperatures=(C.sample_temperature,), extra=(), inputs=()):
+        args = [os.path.join(ROOT, 'evaluate.py'), ckpt, '--dataset', data_dir, '--referee', referee, '--out', 'PARTIAL',
+                '--temperatures', ','.join(map(str, temperatures)), '--top_k', str(C.sample_top_k),
+                '--num_samples', str(C.eval_num_samples), '--seed', str(C.seed), '--device', C.device,
+                '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
+                '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--judge_args=' + judge_recipe,
+                *extra]
+        script_stage(name, [output], [ckpt, referee, *inputs, *data_files], args, log)
+
+    evaluate_stage('evaluate v1', path('eval_v1.json'), path('base_model_v1.pt'), 'eval_v1.log')
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
-    stopper.step(load_eval(path('eval_v1.json'))['val_perplexity'])
+    stopper.step(load_json(path('eval_v1.json'))[0]['val_perplexity'])
     stop_reason = f'num_cycles ({C.num_cycles})'
     for n in range(1, C.num_cycles + 1):
-        base, rd, rm = path(f'base_model_v{n}.pt'), path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt')
-        print(f"== cycle {n}")
-        stage(f'cycle {n}: reward data', rd, lambda p: run(
-            reward_data_cmd(base, data_dir, p, C.reward_max_blocks, C.reward_samples_per_chunk, C.seed + n, C.device),
-            os.path.join(logs, f'reward_data_v{n}.log')))
-        stage(f'cycle {n}: reward model', rm, lambda p: run(
-            reward_model_cmd(base, rd, p, C.seed + n, C.device, reward_recipe),
-            os.path.join(logs, f'reward_model_v{n}.log')))
+        base, rd, rm, new = (path(f'base_model_v{n}.pt'), path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt'),
+                             path(f'base_model_v{n + 1}.pt'))
+        print(f"== cycle {n}", flush=True)
+        script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
+                     reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
+                                     C.seed + n, C.device, C.sample_temperature, C.sample_top_k),
+                     f'reward_data_v{n}.log')
+        script_stage(f'cycle {n}: reward model', [rm], [base, rd],
+                     reward_model_cmd(base, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
+                     f'reward_model_v{n}.log')
 
-        def grpo(partial, n=n, base=base, rm=rm):
-            run([os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={rm}',
-                 f'--dataset={data_dir}', f'--out_path={partial}', f'--max_steps={C.grpo_max_steps}',
-                 f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
-                 f'--learning_rate={C.grpo_learning_rate}', f'--beta={C.grpo_beta}',
-                 f'--num_iterations={C.grpo_num_iterations}', f'--max_kl={C.grpo_max_kl}',
-                 f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
-                 f'--seed={C.seed + n}'], os.path.join(logs, f'grpo_v{n}.log'))
-            for suffix, name in (('_log.jsonl', f'grpo_v{n}_log.jsonl'), ('_curves.png', f'grpo_v{n}_curves.png')):
-                shutil.move(os.path.splitext(partial)[0] + suffix, path(name))
-        stage(f'cycle {n}: GRPO -> base v{n + 1}', path(f'base_model_v{n + 1}.pt'), grpo)
-        evaluate(n + 1, rm)
-        write_report(out, C)
-        stopper.step(load_eval(path(f'eval_v{n + 1}.json'))['val_perplexity'])
+        def move_grpo_extras(partials):
+            stem = os.path.splitext(partials[0])[0]
+            shutil.move(stem + '_log.jsonl', partials[1])
+            shutil.move(stem + '_curves.png', partials[2])
+        script_stage(f'cycle {n}: GRPO -> base v{n + 1}',
+                     [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')], [base, rm] + data_files,
+                     [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={rm}',
+                      f'--dataset={data_dir}', '--out_path=PARTIAL', f'--max_steps={C.grpo_max_steps}',
+                      f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
+                      f'--learning_rate={C.grpo_learning_rate}', f'--beta={C.grpo_beta}',
+                      f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={C.grpo_scale_rewards}',
+                      f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}',
+                      f'--top_k={C.sample_top_k}', f'--eval_interval={C.grpo_eval_interval}',
+                      '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={C.seed + n}'],
+                     f'grpo_v{n}.log', after=move_grpo_extras)
+        evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
+                       extra=['--reward_model', rm], inputs=[rm])
+        if C.controls:
+            run_controls(C, pipe, n, temps, train_stage, evaluate_stage, path, data_files)
+        write_report(out, C, pipe.current)
+        stopper.step(load_json(path(f'eval_v{n + 1}.json'))[0]['val_perplexity'])
         if stopper.should_stop and n < C.num_cycles:
             stop_reason = f"held-out perplexity did not improve by {C.min_delta} for {C.patience} cycles"
             break
-    write_report(out, C)
+    write_report(out, C, pipe.current)
     print(f"finished: {stop_reason}; report {os.path.join(out, 'report.md')}")
 
 
-def load_eval(path):
-    with open(path) as f:
-        return json.load(f)[0]
+def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, path, data_files):
+    """Cycle n's controls, measured like the cycle's output, and its verdict against them."""
+    from model import GPT
+    base, mle = path(f'base_model_v{n}.pt'), path(f'mle_v{n + 1}.pt')
+    flops = cycle_flops(path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt'), path(f'base_model_v{n + 1}.pt'))
+    per_iter = GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
+    iters = max(1, math.ceil(flops / per_iter))
+    # the base's final learning rate, held: continued training, not a new schedule
+    train_stage(f'cycle {n}: MLE control', mle, [base] + data_files, [
+        f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={iters}', '--decay_lr=False',
+        f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=True', '--warmup_iters=0',
+        f'--seed={C.seed + n}'], f'mle_v{n + 1}.log')
+    evaluate_stage(f'evaluate MLE control v{n + 1}', path(f'eval_mle_v{n + 1}.json'), mle, f'eval_mle_v{n + 1}.log')
+    sweep = [t for t in temps if t != C.sample_temperature]
+    if sweep:
+        evaluate_stage(f'temperature sweep of base v{n}', path(f'sweep_v{n}.json'), base, f'sweep_v{n}.log',
+                       temperatures=sweep, extra=['--no_ppl', '--no_mauve'])
+    inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base]
+    inputs += [path(f'sweep_v{n}.json')] if sweep else []
+
+    def build(partials):
+        from evaluate import cycle_verdict
+        points = load_json(path(f'eval_v{n}.json')) + (load_json(path(f'sweep_v{n}.json')) if sweep else [])
+        v = cycle_verdict(load_json(path(f'eval_v{n + 1}.json'))[0], load_json(path(f'eval_mle_v{n + 1}.json'))[0],
+                          points, base, data_path(C.dataset), resolve_device(C.device))
+        v.update(cycle=n, mle_iters=iters, cycle_flops=flops)
+        with open(partials[0], 'w') as f:
+            json.dump(v, f, indent=1)
+    pipe.stage(f'cycle {n}: verdict', [path(f'verdict_v{n}.json')], inputs,
+               ['evaluate.cycle_verdict', f'cycle {n}'], build)
 
 
-def cycle_rows(out):
-    """One dict per base model version with the figures of the report."""
+# -----------------------------------------------------------------------------
+# the report: only artefacts of this run's stages (current: stage name -> outputs)
+
+def fmt(v, spec='.3f', sd=None):
+    if v is None:
+        return '–'
+    return format(v, spec) + ('' if sd is None else ' ± ' + format(sd, spec))
+
+
+def collect(out, current):
+    """Evaluation points and cycle artefacts of the current stages, by role."""
     from model import load_checkpoint
-    rows, n = [], 1
-    while os.path.exists(os.path.join(out, f'eval_v{n}.json')):
-        e = load_eval(os.path.join(out, f'eval_v{n}.json'))
-        row = {'version': n, 'val_ppl': e['val_perplexity'], 'mauve': e['mauve'],
-               'distinct_4': e['distinct_4_tokens'], 'natural_distinct_4': e['natural_distinct_4_tokens'],
-               'repetition': e['repetition_rate_4_tokens'], 'judge_r2': e.get('fresh_judge_r2'),
-               'judge_be': e.get('fresh_judge_boundary_error'), 'p_natural': e.get('mean_p_natural'),
-               'unknown_words': e.get('unknown_word_rate'), 'natural_unknown_words': e.get('natural_unknown_word_rate')}
-        rm_path = os.path.join(out, f'reward_model_v{n}.pt')
-        if os.path.exists(rm_path):
-            m = load_checkpoint(rm_path)['metrics']
-            row.update(rm_r2=m['r2'], rm_be=m['boundary_error'])
-        grpo_path = os.path.join(out, f'base_model_v{n + 1}.pt')
-        if os.path.exists(grpo_path):
-            metrics = load_checkpoint(grpo_path)['metrics']
-            h = metrics['history']
-            row.update(grpo_history=h, grpo_reward_start=sum(x['reward'] for x in h[:10]) / len(h[:10]),
-                       grpo_reward_end=sum(x['reward'] for x in h[-10:]) / len(h[-10:]),
-                       grpo_kl=h[-1]['kl'], grpo_stop=metrics['stop_reason'])
-        rows.append(row)
+    have = {os.path.basename(o): o for outputs in current.values() for o in outputs}
+    versions, cycles, n = [], [], 1
+    while f'eval_v{n}.json' in have:
+        versions.append(dict(load_json(have[f'eval_v{n}.json'])[0], version=n))
         n += 1
-    return rows
+    for n in range(1, len(versions)):
+        c = {'cycle': n, 'arm': versions[n]}
+        if f'reward_model_v{n}.pt' in have:
+            c['rm'] = load_checkpoint(have[f'reward_model_v{n}.pt'])['metrics']
+        if f'base_model_v{n + 1}.pt' in have:
+            c['grpo'] = load_checkpoint(have[f'base_model_v{n + 1}.pt'])['metrics']
+        if f'eval_mle_v{n + 1}.json' in have:
+            c['mle'] = load_json(have[f'eval_mle_v{n + 1}.json'])[0]
+        c['sweep'] = [versions[n - 1]] + (load_json(have[f'sweep_v{n}.json']) if f'sweep_v{n}.json' in have else [])
+        if f'verdict_v{n}.json' in have:
+            c['verdict'] = load_json(have[f'verdict_v{n}.json'])
+        cycles.append(c)
+    return versions, cycles
 
 
-def fmt(v, spec='.3f'):
-    return '–' if v is None else format(v, spec)
+def point_row(label, e):
+    return (f"| {label} | {fmt(e.get('val_perplexity'))} | "
+            f"{fmt(e.get('fresh_judge_boundary_error'), '.2f', e.get('fresh_judge_boundary_error_sd'))} | "
+            f"{fmt(e.get('fresh_judge_r2'), '.3f', e.get('fresh_judge_r2_sd'))} | {fmt(e.get('unknown_word_rate'))} | "
+            f"{fmt(e.get('distinct_4_tokens'))} | {fmt(e.get('sample_entropy'))} | "
+            f"{fmt(e.get('mauve'), '.3f', e.get('mauve_sd'))} |")
 
 
-def write_report(out, C):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    rows = cycle_rows(out)
-    lines = ['# Adversarial self-play report', '', f"Run directory `{out}`; config in `config.json`.", '',
-             'Row v{n} describes base model v{n}: its held-out figures, and (from v1 on) the reward model trained on '
-             'its samples and the GRPO run that turned it into v{n+1}. The fresh judge is a new reward model trained '
-             'with the same recipe on this generator\'s samples: lower R² and higher boundary error mean its text is '
-             'harder to tell from natural text.', '',
-             '| base | val ppl | RM R² | RM boundary err | GRPO reward start → end | GRPO final KL | fresh-judge R² | '
-             'fresh-judge boundary err | distinct-4 (natural) | rep-4 | unknown words (natural) | MAUVE |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|']
-    for r in rows:
-        grpo = f"{fmt(r.get('grpo_reward_start'))} → {fmt(r.get('grpo_reward_end'))}" if 'grpo_history' in r else '–'
-        lines.append(f"| v{r['version']} | {fmt(r['val_ppl'])} | {fmt(r.get('rm_r2'))} | {fmt(r.get('rm_be'), '.1f')} | "
-                     f"{grpo} | {fmt(r.get('grpo_kl'), '.4f')} | {fmt(r['judge_r2'])} | {fmt(r['judge_be'], '.1f')} | "
-                     f"{fmt(r['distinct_4'])} ({fmt(r['natural_distinct_4'])}) | {fmt(r['repetition'])} | "
-                     f"{fmt(r['unknown_words'])} ({fmt(r['natural_unknown_words'])}) | {fmt(r['mauve'])} |")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for r in rows:
-        if 'grpo_history' in r:
-            h = r['grpo_history']
-            axes[0].plot([x['reward'] for x in h], label=f"cycle {r['version']} reward")
-            if h[0]['kl'] is not None:
-                axes[1].plot([x['kl'] for x in h], label=f"cycle {r['version']} KL")
-    axes[0].set(title='GRPO mean reward P(natural)', xlabel='step')
-    axes[1].set(title='GRPO KL to reference', xlabel='step')
-    for ax in axes:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'grpo_curves.png'), dpi=100)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    versions = [r['version'] for r in rows]
-    axes[0].plot(versions, [r['val_ppl'] for r in rows], marker='o')
-    axes[0].set(title='held-out perplexity', xlabel='base model version')
-    axes[1].plot(versions, [r['judge_be'] if r['judge_be'] is not None else float('nan') for r in rows], marker='o')
-    axes[1].set(title='fresh-judge boundary error (tokens)', xlabel='base model version')
-    for ax in axes:
-        ax.set_xticks(versions)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, 'cycles.png'), dpi=100)
-    plt.close(fig)
-    lines += ['', '![GRPO curves](grpo_curves.png)', '', '![cycles](cycles.png)', '']
-    for r in rows:
-        if 'grpo_stop' in r:
-            lines.append(f"- GRPO of cycle {r['version']} stopped by: {r['grpo_stop']}")
+POINT_HEADER = ['| | val ppl (whole split) | fresh-judge boundary err (↑) | fresh-judge R² (↓) | unknown words (↓) | '
+                'distinct-4 | sample entropy | MAUVE (↑) |', '|---|---|---|---|---|---|---|---|']
+
+
+def verdict_lines(c):
+    v = c['verdict']
+    m, vd = v['matched'], v['verdicts']
+    beats = (vd['mle']['boundary_error'] == 'better' and vd['temperature']['boundary_error'] == 'better'
+             and vd['mle']['perplexity'] != 'worse')
+    where = ' (outside the sweep: matched to its nearest end)' if m['outside_sweep'] else ''
+    return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`): base v{c['cycle'] + 1} "
+            f"against the MLE control (base v{c['cycle']} + {v['mle_iters']} next-token iterations, the cycle's "
+            f"{v['cycle_flops']:.3g} FLOPs): boundary error **{vd['mle']['boundary_error']}**, perplexity "
+            f"**{vd['mle']['perplexity']}**; against base v{c['cycle']} at the matched temperature "
+            f"T* = {m['temperature']:.3f}{where} (boundary error {m['fresh_judge_boundary_error']:.2f} ± "
+            f"{m['fresh_judge_boundary_error_sd']:.2f}, val ppl {m['val_perplexity']:.3f}): boundary error "
+            f"**{vd['temperature']['boundary_error']}**, perplexity **{vd['temperature']['perplexity']}**. "
+            + ("The cycle beats both controls." if beats else "The cycle does not beat both controls."), '']
+
+
+def write_report(out, C, current):
+    versions, cycles = collect(out, current)
+    lines = ['# Adversarial self-play report', '', f"Run directory `{out}`; config in `config.json`. Every figure "
+             f"below is measured by the same instruments: the referee `{C.referee_path or 'base_model_v1.pt'}` gives "
+             f"MAUVE's features and the frozen trunk of every fresh judge ({C.judge_seeds} seeds per point, each on "
+             f"its own crossover data, selected on one half of its held-out data and reported on the other); "
+             f"{C.eval_num_samples} samples per point at temperature {C.sample_temperature}, from prompts disjoint "
+             f"from the natural reference windows. ↑/↓: which way is closer to natural text. How to read it: "
+             f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
+    lines += [point_row(f"v{e['version']}", e) for e in versions]
+    lines += ['', '| cycle | judge test R² | judge boundary err | GRPO reward first 10 → last 10 steps | raw group '
+              'std of rewards | saved policy KL | stopped by |', '|---|---|---|---|---|---|---|']
+    for c in cycles:
+        rm, g = c.get('rm', {}), c.get('grpo')
+        h = g['history'] if g else []
+        lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
+                     + (f"{fmt(sum(x['reward'] for x in h[:10]) / len(h[:10]))} → "
+                        f"{fmt(sum(x['reward'] for x in h[-10:]) / len(h[-10:]))} | "
+                        f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
+                        f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – |'))
+    for c in cycles:
+        n = c['cycle']
+        lines += ['', f"## Cycle {n}: base v{n + 1} against its controls", ''] + POINT_HEADER
+        lines.append(point_row(f"**base v{n + 1} (GRPO)**", c['arm']))
+        if 'mle' in c:
+            lines.append(point_row(f"MLE control (base v{n} + next-token training)", c['mle']))
+        for e in sorted(c['sweep'], key=lambda e: e['temperature']):
+            lines.append(point_row(f"base v{n} at T = {e['temperature']}", e))
+        lines.append('')
+        if 'verdict' in c:
+            lines += verdict_lines(c)
+    if any(len(c['sweep']) > 1 for c in cycles):
+        plot_quality_diversity(cycles, os.path.join(out, 'quality_diversity.png'))
+        lines += ['![quality against diversity](quality_diversity.png)', '']
+    plot_grpo(cycles, os.path.join(out, 'grpo_curves.png'))
+    lines += ['![GRPO curves](grpo_curves.png)', '']
     tmp = os.path.join(out, 'report.md.tmp')
     with open(tmp, 'w') as f:
         f.write('\n'.join(lines) + '\n')
     os.replace(tmp, os.path.join(out, 'report.md'))
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_quality_diversity(cycles, png):
+    """Per cycle: the previous base's temperature curve, the GRPO version and the MLE control, in two planes."""
+    plt = _plt()
+    fig, axes = plt.subplots(len(cycles), 2, figsize=(11, 4 * len(cycles)), squeeze=False)
+    planes = (('sample_entropy', 'fresh_judge_boundary_error', 'fresh-judge boundary error (↑ closer to natural)'),
+              ('distinct_4_tokens', 'unknown_word_rate', 'unknown-word rate (↓ closer to natural)'))
+    for row, c in zip(axes, cycles):
+        sweep = sorted(c['sweep'], key=lambda e: e['temperature'])
+        for ax, (x, y, ylabel) in zip(row, planes):
+            err = [e.get(y + '_sd', 0) for e in sweep] if y == 'fresh_judge_boundary_error' else None
+            ax.errorbar([e[x] for e in sweep], [e[y] for e in sweep], yerr=err, marker='o', capsize=3,
+                        label=f"base v{c['cycle']}, temperature sweep")
+            for e in sweep:
+                ax.annotate(f"T={e['temperature']}", (e[x], e[y]), textcoords='offset points', xytext=(4, 4),
+                            fontsize=8)
+            for e, label, marker in ((c['arm'], f"base v{c['cycle'] + 1} (GRPO)", 's'),
+                                     (c.get('mle'), 'MLE control', '^')):
+                if e:
+                    ax.errorbar([e[x]], [e[y]], yerr=[e.get(y + '_sd', 0)] if err else None, marker=marker,
+                                capsize=3, linestyle='none', label=label)
+            ax.set(xlabel=x.replace('_', ' '), ylabel=ylabel, title=f"cycle {c['cycle']}")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def plot_grpo(cycles, png):
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for c in cycles:
+        h = c.get('grpo', {}).get('history', [])
+        axes[0].plot([x['reward'] for x in h], label=f"cycle {c['cycle']} reward")
+        if h and h[0]['kl'] is not None:
+            axes[1].plot([x['kl'] for x in h], label=f"cycle {c['cycle']} KL")
+    axes[0].set(title="GRPO mean reward P(natural) (the cycle's own judge)", xlabel='step')
+    axes[1].set(title='GRPO KL to reference', xlabel='step')
+    for ax in axes:
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == '__main__':

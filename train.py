@@ -70,8 +70,10 @@ DEFAULTS = config_defaults(globals())
 
 
 def data_path(name):
-    """A dataset folder: name itself if it is a folder, else data/name of this repository."""
-    return name if os.path.isdir(name) else os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
+    """A dataset folder, absolute (scripts may run it from another working directory): name itself if it is a
+    folder, else data/name of this repository."""
+    return os.path.abspath(name) if os.path.isdir(name) else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
 
 
 def resolve_data_dir(name):

@@ -79,7 +79,8 @@ DEFAULTS = config_defaults(globals())
 def group_advantages(rewards, group_size, scale='group'):
     """
     (r - group mean) / (std + 1e-4), std of the group ('group'), of the whole batch ('batch'), or none ('none').
-    Returns (advantages, number of groups whose rewards are all equal: their advantages are exactly 0).
+    Returns (advantages, number of groups whose rewards are all equal: their advantages are exactly 0, mean raw
+    within-group std: what 'group' scaling divides by, so a judge whose rewards barely differ is visible in the log).
     """
     groups = rewards.view(-1, group_size)
     centered = groups - groups.mean(dim=1, keepdim=True)
@@ -90,7 +91,8 @@ def group_advantages(rewards, group_size, scale='group'):
         centered = centered / (rewards.std().nan_to_num(0.0) + 1e-4)
     elif scale != 'none':
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
-    return centered.reshape(-1), zero_std
+    group_std = float(groups.std(dim=1).nan_to_num(0.0).mean()) if group_size > 1 else 0.0
+    return centered.reshape(-1), zero_std, group_std
 
 
 def completion_mask(prompt_lengths, seq_len):
@@ -106,6 +108,12 @@ def token_logprobs(model, seqs, temperature):
     return logp.gather(-1, seqs[:, 1:, None]).squeeze(-1), logp
 
 
+def k3_kl(logps, ref_logps):
+    """Per-token k3 estimate of KL(policy || reference): unbiased, always >= 0."""
+    delta = ref_logps - logps
+    return torch.exp(delta) - delta - 1
+
+
 def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilon_high=None, beta=0.0,
               loss_type='grpo', max_completion_length=None):
     """
@@ -118,8 +126,7 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
     per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
     kl = None
     if ref_logps is not None:
-        delta = ref_logps - logps
-        kl = torch.exp(delta) - delta - 1  # k3 estimator: unbiased, always >= 0
+        kl = k3_kl(logps, ref_logps)
         if beta:
             per_token = per_token + beta * kl
     if loss_type == 'grpo':
@@ -180,9 +187,13 @@ def load_models(C, rt):
     tok.check_compatible(TokenizationInfo.from_dict(rm_ckpt['tokenization']), 'the policy', 'the reward model')
     policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
     reward_model = GPT.from_checkpoint(rm_ckpt, device=rt.device).requires_grad_(False)
-    if reward_model.config.block_size < policy.config.block_size:
+    N = policy.config.block_size
+    if reward_model.config.block_size < N:
         raise UserError(f"the reward model's block size {reward_model.config.block_size} is below the policy's "
-                        f"{policy.config.block_size}: it cannot score whole sequences")
+                        f"{N}: it cannot score whole sequences")
+    if rm_ckpt.get('data_block_size', N) != N:  # its P(natural) means the share of N natural tokens it saw
+        raise UserError(f"{C.reward_model_path} was trained on sequences of {rm_ckpt['data_block_size']} tokens, but "
+                        f"GRPO scores sequences of the policy's block size {N}: train it on reward data of length {N}")
     reference = None
     if C.beta > 0 or C.max_kl > 0:
         reference = copy.deepcopy(policy).requires_grad_(False).eval()
@@ -225,13 +236,19 @@ def main(argv):
         tokens = val[:C.ppl_max_tokens] if C.ppl_max_tokens else val
         return evaluate_perplexity(policy, tokens, N, batch_size=32, ctx=rt.ctx)[1]
 
-    def save(state, step, stop_reason):
-        model = policy if state is None else copy.deepcopy(policy).cpu()
-        if state is not None:
-            model.load_state_dict(state)
-        save_checkpoint(C.out_path, model, iter_num=step, best_val_loss=None, config=vars(C),
+    def save(step, stop_reason, **final):
+        save_checkpoint(C.out_path, policy, iter_num=step, best_val_loss=None, config=vars(C),
                         tokenization=policy_ckpt['tokenization'], optimizer=optimizer,
-                        metrics={'history': history, 'stop_reason': stop_reason, 'val_ppl_start': ppl_start})
+                        metrics=dict(history=history, stop_reason=stop_reason, val_ppl_start=ppl_start,
+                                     ppl_tokens=ppl_tokens, flops=flops_per_step * len(history), **final))
+
+    # compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, judge,
+    # reference, and num_iterations forward+backward passes of the policy, over every rank's rows
+    rows = C.prompts_per_step * C.num_generations
+    flops_per_step = rows * N * (policy.flops_per_token() + reward_model.flops_per_token()
+                                 + (reference.flops_per_token() if reference is not None else 0)
+                                 + C.num_iterations * policy.flops_per_token(backward=True))
+    ppl_tokens = 'whole val split' if not C.ppl_max_tokens else f'first {min(C.ppl_max_tokens, len(val)):,} val tokens'
 
     history, reward_ma = [], deque(maxlen=C.reward_window)
     stopper = EarlyStopping(C.patience, C.min_delta, 'max')
@@ -239,7 +256,7 @@ def main(argv):
     if rt.master:
         print(f"policy {C.policy_path} ({policy.get_num_params() / 1e6:.2f}M), reward model {C.reward_model_path}; "
               f"{C.prompts_per_step} prompts x {C.num_generations} completions per step, N={N}; "
-              f"val ppl at start {ppl_start:.3f}")
+              f"val ppl ({ppl_tokens}) at start {ppl_start:.3f}")
     last_ok_state, last_ok_step, stop_reason, step = None, 0, 'max_steps', 0
     bar = tqdm(total=C.max_steps, desc='grpo', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
     for step in range(C.max_steps):
@@ -251,14 +268,13 @@ def main(argv):
         prompts, lengths = sample_prompts(train, n_prompts, C.min_prompt_len, hi, N, rng)
         prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
         lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
-        policy.eval()
         with rt.ctx:
             seqs = policy.generate(prompt_t, N - hi, C.temperature, C.top_k, prompt_lengths=lengths_t, generator=gen)
         t1 = time.time()
         # 2. rewards and advantages
         with torch.no_grad(), rt.ctx:
             rewards = reward_model(seqs)[0][:, 0].float()
-        advantages, zero_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
+        advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
         mask = completion_mask(lengths_t, N)
         with torch.no_grad(), rt.ctx:
             ref_logps = token_logprobs(reference, seqs, C.temperature)[0] if reference is not None else None
@@ -266,8 +282,7 @@ def main(argv):
         # 3. mu optimizer passes over these rollouts; the first pass fixes the rollout log-probs (ratio exactly 1)
         # the policy that made these rollouts, kept while its KL is under the cap
         pre_update = {k: v.detach().clone() for k, v in policy.state_dict().items()} if C.max_kl else None
-        policy.train()
-        old_logps, stats = None, {}
+        old_logps, stats = None, {}  # the policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout)
         for _ in range(C.num_iterations):
             with rt.ctx:
                 logps, logp_all = token_logprobs(trained, seqs, C.temperature)
@@ -286,7 +301,7 @@ def main(argv):
         t3 = time.time()
 
         row = dict(step=step, reward=all_reduce_mean(rewards.mean().item(), rt),
-                   reward_std=all_reduce_mean(rewards.std().item(), rt),
+                   reward_std=all_reduce_mean(rewards.std().item(), rt), reward_group_std=all_reduce_mean(group_std, rt),
                    frac_reward_zero_std=all_reduce_mean(zero_std / n_prompts, rt),
                    kl=None if stats['kl'] is None else all_reduce_mean(stats['kl'], rt),
                    clip_ratio=all_reduce_mean(stats['clip_ratio'], rt), entropy=all_reduce_mean(entropy.item(), rt),
@@ -320,27 +335,33 @@ def main(argv):
                 for s in seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
                     tqdm.write('  | ' + tokenizer.decode(s)[-120:].replace('\n', '\n  | '))
                 if not stop and step + 1 < C.max_steps:  # the last step's checkpoint is the final save below
-                    save(None, step + 1, None)
+                    save(step + 1, None)
             with open(log_path, 'a') as f:
                 f.write(json.dumps(row) + '\n')
         if broadcast_stop(stop, rt):
             break
     bar.close()
     if rt.master:
-        if stop_reason.startswith('max_kl'):
+        if stop_reason.startswith('max_kl'):  # keep the last policy under the cap: its KL is its own rollouts'
             if last_ok_state is None:
                 raise UserError(f"the starting policy already exceeds max_kl={C.max_kl}; raise --max_kl")
-            save(last_ok_state, last_ok_step, stop_reason)
+            policy.load_state_dict(last_ok_state)
+            final_step, final_kl, final_ppl = last_ok_step, history[last_ok_step]['kl'], val_ppl()
             print(f"kept the policy of step {last_ok_step}, the last under the KL cap")
-        else:
-            save(None, step + 1, stop_reason)
+        else:  # the updated policy: its KL measured on the last rollouts, its perplexity logged after the update
+            final_step, final_ppl, final_kl = step + 1, history[-1]['val_ppl'], None
+            if reference is not None:
+                with torch.no_grad(), rt.ctx:
+                    logps = token_logprobs(policy, seqs, C.temperature)[0]
+                final_kl = float((k3_kl(logps, ref_logps) * mask).sum() / mask.sum())
+        save(final_step, stop_reason, final_kl=final_kl, final_val_ppl=final_ppl)
         first = [h['reward'] for h in history[:10]]
         last = [h['reward'] for h in history[-10:]]
-        ppl_end = next((h['val_ppl'] for h in reversed(history) if 'val_ppl' in h), float('nan'))
         t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
         print(f"done: {len(history)} steps; stopped by {stop_reason}")
         print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
-              f"val ppl {ppl_start:.3f} -> {ppl_end:.3f}")
+              f"saved policy: val ppl ({ppl_tokens}) {ppl_start:.3f} -> {final_ppl:.3f}, KL to the reference "
+              f"{'–' if final_kl is None else format(final_kl, '.4f')}; {flops_per_step * len(history):.3g} FLOPs")
         total = sum(t.values())
         plot_path = os.path.splitext(C.out_path)[0] + '_curves.png'
         plot_history(history, plot_path)

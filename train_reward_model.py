@@ -7,7 +7,8 @@ reward_pooling='mean', the mean of the final hidden states over all positions).
 
 With the trunk frozen, a sample's pooled features never change: they are computed once (batched, inference mode)
 and the head trains on the cached features. unfreeze_layers=k trains the last k blocks and the final LayerNorm too,
-through the full forward.
+through the full forward. The val split is cut in two by block: one half selects (early stopping, the checkpoint
+kept), the other half gives the reported figures (`metrics` in the checkpoint; `selection_metrics` beside them).
 """
 
 import math
@@ -22,7 +23,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, POOLINGS, load_checkpoint, save_checkpoint
+from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, update_checkpoint
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
 
@@ -75,14 +76,15 @@ def freeze_trunk(model, unfreeze_layers):
 
 
 @torch.inference_mode()
-def compute_features(model, ds, batch_size, rt, desc):
-    """Pooled features (n, n_embd) of every sample (the reward head's input); under DDP each rank computes a contiguous share."""
-    n = len(ds)
+def compute_features(model, x_all, batch_size, rt, desc):
+    """Pooled features (n, n_embd) of every row of x_all (the reward head's input); under DDP each rank computes a
+    contiguous share."""
+    n = len(x_all)
     feats = torch.zeros(n, model.config.n_embd, device=rt.device)
     share = math.ceil(n / rt.world_size)
     lo, hi = rt.rank * share, min(n, (rt.rank + 1) * share)
     for i in tqdm(range(lo, hi, batch_size), desc=desc, disable=not rt.master, dynamic_ncols=True, leave=False):
-        x = torch.from_numpy(ds.x[i:min(hi, i + batch_size)].astype(np.int64)).to(rt.device)
+        x = torch.from_numpy(x_all[i:min(hi, i + batch_size)].astype(np.int64)).to(rt.device)
         with rt.ctx:
             feats[i:i + len(x)] = model.reward_features(x).float()
     if rt.ddp:
@@ -140,10 +142,12 @@ def main(argv):
     src = None
 
     t0 = time.time()
+    flops = 0  # compute spent (model.flops_per_token), recorded in the checkpoint for the cycle's compute matching
     if cached:
         model.eval()
-        train_feats = compute_features(model, train_ds, C.feature_batch_size, rt, 'features (train)')
-        val_feats = compute_features(model, val_ds, C.feature_batch_size, rt, 'features (val)')
+        train_feats = compute_features(model, train_ds.x, C.feature_batch_size, rt, 'features (train)')
+        val_feats = compute_features(model, val_ds.x, C.feature_batch_size, rt, 'features (val)')
+        flops += model.flops_per_token() * (len(train_ds) + len(val_ds)) * N
         if rt.master:
             print(f"cached features of {len(train_ds)} + {len(val_ds)} samples in {time.time() - t0:.1f}s")
     train_module = model.reward_head if cached else model
@@ -152,40 +156,45 @@ def main(argv):
 
     def predict(ds, feats, rows, training):
         """(probs, labels) for the given rows: the head on cached features, or the full forward."""
+        nonlocal flops
         rows = np.sort(np.asarray(rows))
         y = torch.from_numpy(np.array(ds.y[rows])).to(rt.device)
         module = trained if training else train_module
         if cached:
             return module(feats[torch.from_numpy(rows).to(rt.device)]), y
         x = torch.from_numpy(ds.x[rows].astype(np.int64)).to(rt.device)
+        flops += model.flops_per_token(backward=training) * len(rows) * N * (rt.world_size if training else 1)
         with rt.ctx:
             return module(x)[0].float(), y
 
     @torch.no_grad()
-    def evaluate():
+    def evaluate(rows):
+        """Loss and metrics on the given val rows (the selection or the test half)."""
         model.eval()
         p, losses = [], 0.0
-        for i in range(0, len(val_ds), C.feature_batch_size):
-            probs, y = predict(val_ds, val_feats if cached else None, np.arange(i, min(len(val_ds), i + C.feature_batch_size)), False)
+        for i in range(0, len(rows), C.feature_batch_size):
+            probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + C.feature_batch_size], False)
             losses += loss_fn(probs, y, C.loss).item() * len(y)
             p.append(probs[:, 0].cpu().numpy())
         model.train(train_mode)
-        return losses / len(val_ds), reward_metrics(np.concatenate(p), val_ds.y[:, 0], N, baseline_mean)
+        return losses / len(rows), reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
 
+    select_rows, test_rows = val_ds.selection_and_test_rows()
     best_metrics, stop_reason = None, 'max_iters'
 
     def evaluate_and_keep_best():
-        """Evaluate on the whole val split, log, and save the checkpoint when val loss improves."""
+        """Evaluate on the selection half of val, log, and when its loss improves save the checkpoint with the
+        figures of the test half: the reported figures never come from the data that chose the checkpoint."""
         nonlocal best_val, best_metrics
-        val_loss, m = evaluate()
+        val_loss, m = evaluate(select_rows)
         tqdm.write(f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
                    f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens")
         stopper.step(val_loss)
         if val_loss < best_val:
-            best_val, best_metrics = val_loss, m
+            best_val, best_metrics = val_loss, evaluate(test_rows)[1]
             save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
-                            tokenization=tokenization, optimizer=optimizer, metrics=m,
-                            early_stopping=stopper.state_dict())
+                            tokenization=tokenization, optimizer=optimizer, metrics=best_metrics,
+                            selection_metrics=m, data_block_size=N, early_stopping=stopper.state_dict())
 
     gen = torch.Generator().manual_seed(C.seed + rt.rank)
     steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
@@ -221,6 +230,8 @@ def main(argv):
     bar.close()
 
     if rt.master:
+        if best_metrics:  # the saved (best) checkpoint gets the compute of the whole run
+            update_checkpoint(C.out_path, flops=flops)
         trunk_after = {k: v for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
         changed = sum(not torch.equal(trunk_before[k], trunk_after[k]) for k in trunk_before)
         epochs = iter_num * C.batch_size * rt.world_size / len(train_ds)
@@ -228,8 +239,10 @@ def main(argv):
         print(f"trunk tensors changed: {changed} (unfreeze_layers={C.unfreeze_layers})")
         if best_metrics:
             m = best_metrics
-            print(f"best val: mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, R2 {m['r2']:.4f}, "
-                  f"MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens; saved {C.out_path}")
+            print(f"test half of val ({len(test_rows)} samples; the checkpoint was selected on the other "
+                  f"{len(select_rows)}): mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, "
+                  f"R2 {m['r2']:.4f}, MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens; "
+                  f"saved {C.out_path}")
     rt.close()
 
 

@@ -1,9 +1,12 @@
 import json
+import os
 
+import numpy as np
 import pytest
 
-from conftest import run_script
-from evaluate import distinct_n, repetition_rate, text_statistics, unknown_word_rate, words_of
+from conftest import ROOT, run_script
+from evaluate import (compare, compare_paired, distinct_n, eval_windows, matched_temperature, repetition_rate,
+                      text_statistics, unknown_word_rate, words_of)
 
 
 def test_distinct_n_and_repetition_exact_values():
@@ -27,45 +30,191 @@ def test_unknown_word_rate_skips_cut_words_and_ignores_case():
     assert stats['unknown_word_rate'] == pytest.approx(1 / 2)
 
 
-TINY_CYCLE = ['--num_cycles=1', '--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--base_max_iters=30',
+def test_verdict_rule_on_hand_made_figures():
+    # boundary error, higher is better: 3 seeds each
+    assert compare((30.0, 0.5, 3), (25.0, 0.5, 3), True) == 'better'
+    assert compare((25.0, 0.5, 3), (30.0, 0.5, 3), True) == 'worse'
+    assert compare((30.0, 3.0, 3), (29.5, 3.0, 3), True) == 'indistinguishable'
+    assert compare((8.0, 0.0, 3), (8.0, 0.0, 3), True) == 'indistinguishable'
+    assert compare((8.1, 0.0, 3), (8.0, 0.0, 3), False) == 'worse'  # no spread: any difference decides
+    # perplexity, lower is better: per-window cross-entropies, paired
+    rng = np.random.default_rng(0)
+    control = rng.normal(2.0, 0.3, 500)
+    assert compare_paired(control - 0.05 + rng.normal(0, 0.01, 500), control, False) == 'better'
+    assert compare_paired(control + 0.05 + rng.normal(0, 0.01, 500), control, False) == 'worse'
+    assert compare_paired(control + rng.normal(0, 0.01, 500), control, False) == 'indistinguishable'
+    assert compare_paired(control, control, False) == 'indistinguishable'
+
+
+def test_matched_temperature_interpolates_along_the_sweep():
+    sweep = [dict(temperature=t, sample_entropy=2 * t, fresh_judge_boundary_error=10 * t, fresh_judge_boundary_error_sd=1,
+                  unknown_word_rate=t / 2, fresh_judge_n=3) for t in (1.0, 0.6, 0.8)]
+    m = matched_temperature(sweep, 1.5)  # between T = 0.6 (entropy 1.2) and T = 0.8 (entropy 1.6)
+    assert m['temperature'] == pytest.approx(0.75) and m['fresh_judge_boundary_error'] == pytest.approx(7.5)
+    assert not m['outside_sweep'] and m['fresh_judge_n'] == 3
+    low = matched_temperature(sweep, 0.5)
+    assert low['outside_sweep'] and low['temperature'] == 0.6
+
+
+def test_evaluation_prompts_are_disjoint_from_the_reference():
+    val = np.arange(10_000)
+    reference, prompts = eval_windows(val, 20, 100, seed=0)
+    assert reference.shape == prompts.shape == (20, 100)
+    assert not set(reference.flatten().tolist()) & set(prompts.flatten().tolist())
+    with pytest.raises(Exception, match='lower the number of samples to at most 50'):
+        eval_windows(val, 60, 100, seed=0)
+
+
+TINY_CYCLE = ['--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--base_max_iters=30',
               '--base_eval_interval=10', '--reward_max_blocks=10', '--reward_max_iters=60', '--grpo_max_steps=4',
-              '--grpo_prompts_per_step=2', '--grpo_num_generations=4', '--eval_num_samples=16', '--device=cpu']
+              '--grpo_prompts_per_step=2', '--grpo_num_generations=4', '--eval_num_samples=16', '--judge_max_blocks=8',
+              '--judge_max_iters=40', '--control_temperatures=0.8,1.0', '--device=cpu']
+ARTEFACTS = ('base_model_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v', 'sweep_v', 'verdict_v')
+
+
+def cycles(out, data, *extra):
+    r = run_script('run_cycles.py', f'--out_dir={out}', f'--dataset={data}', *TINY_CYCLE, *extra)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def stages_run(stdout):
+    return [l[len('[run]  '):] for l in stdout.splitlines() if l.startswith('[run]  ')]
+
+
+def assert_consistent(out):
+    """Every manifest's outputs exist and its inputs are the files on disk now; every artefact has a manifest."""
+    from run_cycles import Pipeline
+    pipe = Pipeline(str(out))
+    covered = set()
+    for name in os.listdir(out / 'manifests'):
+        m = json.loads((out / 'manifests' / name).read_text())
+        outputs = [o.replace('$OUT', str(out), 1) for o in m['outputs']]
+        assert all(os.path.exists(o) for o in outputs), name
+        for rel, sig in m['inputs'].items():
+            p = rel.replace('$OUT', str(out), 1).replace('$ROOT', ROOT, 1)
+            assert pipe.signature(p) == sig, (name, rel)
+        covered |= {os.path.basename(o) for o in outputs}
+    on_disk = {n for n in os.listdir(out) if n.startswith(ARTEFACTS) and not n.endswith(('.partial', '.work'))}
+    assert on_disk <= covered, on_disk - covered
 
 
 @pytest.fixture(scope='module')
 def cycle_run(tmp_path_factory, char_data):
     out = tmp_path_factory.mktemp('cycles') / 'run'
-    r = run_script('run_cycles.py', f'--out_dir={out}', f'--dataset={char_data}', *TINY_CYCLE)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return out, r.stdout
+    return out, cycles(out, char_data, '--num_cycles=2')
 
 
-def test_one_cycle_produces_versioned_outputs_and_report(cycle_run):
+def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     out, stdout = cycle_run
-    for name in ('base_model_v1.pt', 'reward_data_v1', 'reward_model_v1.pt', 'base_model_v2.pt', 'eval_v1.json',
-                 'eval_v2.json', 'grpo_v1_log.jsonl', 'grpo_v1_curves.png', 'report.md', 'grpo_curves.png', 'cycles.png'):
-        assert (out / name).exists(), name
-    assert not list(out.glob('*.partial'))
+    for n in (1, 2):
+        for name in (f'reward_data_v{n}', f'reward_model_v{n}.pt', f'base_model_v{n + 1}.pt', f'eval_v{n + 1}.json',
+                     f'grpo_v{n}_log.jsonl', f'mle_v{n + 1}.pt', f'eval_mle_v{n + 1}.json', f'sweep_v{n}.json',
+                     f'verdict_v{n}.json'):
+            assert (out / name).exists(), name
+    assert not list(out.glob('*.partial')) and not list(out.glob('*.work'))
     report = (out / 'report.md').read_text()
-    assert '| v1 |' in report and '| v2 |' in report and 'grpo_curves.png' in report
-    assert (out / 'grpo_curves.png').read_bytes()[:4] == b'\x89PNG'
+    assert '| v1 |' in report and '| v3 |' in report and 'Cycle 2 verdict' in report
+    assert (out / 'quality_diversity.png').read_bytes()[:4] == b'\x89PNG'
     e = json.loads((out / 'eval_v2.json').read_text())[0]
-    assert {'val_perplexity', 'mauve', 'distinct_4_tokens', 'mean_p_natural', 'fresh_judge_r2',
-            'fresh_judge_boundary_error', 'unknown_word_rate', 'natural_unknown_word_rate'} <= set(e)
-    assert 0.0 <= e['unknown_word_rate'] <= 1.0 and 'unknown words (natural)' in report
-    assert 'finished: num_cycles (1)' in stdout
+    assert {'val_perplexity', 'val_window_cross_entropy', 'mauve', 'mauve_sd', 'distinct_4_tokens', 'sample_entropy',
+            'mean_p_natural', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_r2',
+            'unknown_word_rate', 'natural_unknown_word_rate'} <= set(e)
+    assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
+    sweep = json.loads((out / 'sweep_v1.json').read_text())
+    assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]
+    v = json.loads((out / 'verdict_v1.json').read_text())
+    labels = {'better', 'indistinguishable', 'worse'}
+    assert {v['verdicts'][c][m] for c in ('mle', 'temperature') for m in ('boundary_error', 'perplexity')} <= labels
+    assert v['mle_iters'] >= 1 and v['cycle_flops'] > 0
+    assert 'finished: num_cycles (2)' in stdout
+    assert_consistent(out)
 
 
-def test_rerun_skips_complete_stages_and_redoes_a_deleted_one(cycle_run, char_data):
+def test_fresh_judges_and_mauve_use_the_referee_trunk(cycle_run):
+    """Every fresh judge of every point, whatever generator it judges, sits on base v1's trunk (the referee)."""
     out, _ = cycle_run
+    from evaluate import trunk_signature
+    from model import load_checkpoint
+    referee = trunk_signature(load_checkpoint(str(out / 'base_model_v1.pt'))['model'])
+    assert referee != trunk_signature(load_checkpoint(str(out / 'mle_v2.pt'))['model'])
+    points = [p for f in out.glob('*.json') if f.name.startswith(('eval_', 'sweep_'))
+              for p in json.loads(f.read_text())]
+    assert len(points) == 7  # v1, v2, v3, two MLE controls, two sweep points
+    for p in points:
+        assert p['referee_trunk'] == referee and p['referee'] == str(out / 'base_model_v1.pt')
+        assert [r['trunk'] for r in p['fresh_judge_runs']] == [referee] * 3
+
+
+def test_changed_key_rebuilds_exactly_the_affected_stages(cycle_run, char_data):
+    out, _ = cycle_run
+    before = (out / 'base_model_v2.pt').stat().st_mtime_ns
+    stdout = cycles(out, char_data, '--num_cycles=2', '--control_temperatures=0.7,1.0')
+    assert stages_run(stdout) == ['temperature sweep of base v1', 'cycle 1: verdict',
+                                  'temperature sweep of base v2', 'cycle 2: verdict']
+    assert (out / 'base_model_v2.pt').stat().st_mtime_ns == before
+    assert [p['temperature'] for p in json.loads((out / 'sweep_v2.json').read_text())] == [0.7]
+    assert_consistent(out)
+
+
+def test_shorter_rerun_reports_only_its_own_artefacts(cycle_run, char_data, tmp_path):
     import shutil
-    before = (out / 'base_model_v1.pt').stat().st_mtime_ns
-    shutil.rmtree(out / 'reward_data_v1')
-    (out / 'base_model_v2.pt.partial').write_text('an interrupted GRPO stage')  # never trusted
-    r = run_script('run_cycles.py', f'--out_dir={out}', f'--dataset={char_data}', *TINY_CYCLE)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert '[skip] cycle 0: base model' in r.stdout and '[skip] evaluate base v1' in r.stdout
-    for later in ('cycle 1: reward data', 'cycle 1: reward model', 'cycle 1: GRPO -> base v2', 'evaluate base v2'):
-        assert f'[run]  {later}' in r.stdout  # the deleted stage and every successor, whose inputs changed
-    assert (out / 'base_model_v1.pt').stat().st_mtime_ns == before
-    assert not (out / 'base_model_v2.pt.partial').exists()
+    out, _ = cycle_run
+    short = tmp_path / 'short'
+    shutil.copytree(out, short)
+    stdout = cycles(short, char_data, '--num_cycles=1', '--control_temperatures=0.7,1.0')
+    assert stages_run(stdout) == []  # every stage of the shorter run is there and matches
+    report = (short / 'report.md').read_text()
+    assert '| v2 |' in report and '| v3 |' not in report and 'Cycle 2' not in report
+    assert (short / 'eval_v3.json').exists()  # a longer run's leftover, valid for its inputs, but not reported
+
+
+def test_interrupted_rerun_never_pairs_artefacts_of_different_runs(cycle_run, char_data, tmp_path):
+    """Change GRPO's learning rate, kill the run right after cycle 1's GRPO stage: what depended on the old base v2
+    is gone, every artefact left matches its manifest; the rerun completes and rebuilds only what depends on it."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    out = tmp_path / 'interrupted'
+    shutil.copytree(cycle_run[0], out)
+    args = [sys.executable, 'run_cycles.py', f'--out_dir={out}', f'--dataset={char_data}', *TINY_CYCLE,
+            '--num_cycles=2', '--grpo_learning_rate=1e-3']
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if len(seen) >= 2 and seen[-2].startswith('  $') and 'GRPO' in ''.join(seen[-4:]) and line.startswith('       done'):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    assert any('[run]  cycle 1: GRPO' in l for l in seen)
+    assert not (out / 'eval_v2.json').exists() and not (out / 'reward_model_v2.pt').exists()
+    assert (out / 'base_model_v1.pt').exists() and (out / 'reward_model_v1.pt').exists()
+    assert_consistent(out)
+    stdout = cycles(out, char_data, '--num_cycles=2', '--grpo_learning_rate=1e-3')
+    ran = stages_run(stdout)
+    assert 'base v1' not in ran and 'cycle 1: reward model' not in ran and 'cycle 1: GRPO -> base v2' not in ran
+    assert 'evaluate v2' in ran and 'cycle 2: GRPO -> base v3' in ran
+    assert_consistent(out)
+
+
+def test_stage_progress_is_shown_live_on_a_terminal(tmp_path, monkeypatch):
+    import io
+    import run_cycles
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    screen = Terminal()
+    monkeypatch.setattr('sys.stdout', screen)
+    script = tmp_path / 'progress.py'
+    script.write_text("import sys, time\nfor i in range(3):\n    sys.stderr.write(f'\\rstep {i}/3'); "
+                      "sys.stderr.flush(); time.sleep(0.2)\nprint('all done')\n")
+    run_cycles.run([str(script)], str(tmp_path / 'log.txt'))
+    shown = screen.getvalue()
+    assert 'step 0/3' in shown and 'step 2/3' in shown and 'all done' in shown
+    assert 'all done' in (tmp_path / 'log.txt').read_text()
+    with pytest.raises(run_cycles.UserError, match='stage failed.*boom'):
+        script.write_text("raise SystemExit('boom')\n")
+        run_cycles.run([str(script)], str(tmp_path / 'log2.txt'))

@@ -13,16 +13,17 @@ from train_grpo import completion_mask, group_advantages, grpo_loss, sample_prom
 
 def test_group_advantages_and_zero_std_groups():
     r = torch.tensor([1.0, 0.0, 0.5, 0.5, 0.2, 0.4])
-    adv, zero = group_advantages(r, 2, 'group')
+    adv, zero, group_std = group_advantages(r, 2, 'group')
     std = math.sqrt(0.5)  # unbiased std of (1, 0)
+    assert group_std == pytest.approx((std + 0 + math.sqrt(0.02)) / 3)  # the raw std of each group, averaged
     assert torch.allclose(adv[:2], torch.tensor([0.5, -0.5]) / (std + 1e-4))
     assert torch.equal(adv[2:4], torch.zeros(2)) and zero == 1  # equal rewards: zero advantage, no NaN
-    adv_b, _ = group_advantages(r, 2, 'batch')
+    adv_b, _, _ = group_advantages(r, 2, 'batch')
     assert torch.allclose(adv_b[:2], torch.tensor([0.5, -0.5]) / (r.std() + 1e-4))
-    adv_n, _ = group_advantages(r, 2, 'none')
+    adv_n, _, _ = group_advantages(r, 2, 'none')
     assert torch.allclose(adv_n, torch.tensor([0.5, -0.5, 0, 0, -0.1, 0.1]))
-    all_same, zero = group_advantages(torch.full((4,), 0.3), 4, 'group')
-    assert torch.equal(all_same, torch.zeros(4)) and zero == 1 and not torch.isnan(all_same).any()
+    all_same, zero, group_std = group_advantages(torch.full((4,), 0.3), 4, 'group')
+    assert torch.equal(all_same, torch.zeros(4)) and zero == 1 and not torch.isnan(all_same).any() and group_std == 0
 
 
 def test_completion_mask_covers_only_generated_tokens():
@@ -124,6 +125,9 @@ def test_grpo_raises_the_reward_on_a_known_case(known_answer_run):
     assert all(set(h) >= {'reward', 'reward_std', 'kl', 'clip_ratio'} for h in history)
     assert any(h['clip_ratio'] > 0 for h in history)  # mu=2: the second pass is off-policy and can clip
     assert 'stopped by max_steps' in stdout
+    m = load_checkpoint(str(d / 'policy.pt'))['metrics']
+    assert m['final_val_ppl'] == history[-1]['val_ppl'] and m['final_kl'] > 0 and m['flops'] > 0
+    assert all(0 <= h['reward_group_std'] <= 0.5 for h in history)
     assert (d / 'policy_curves.png').read_bytes()[:4] == b'\x89PNG'
     lines = open(d / 'policy_log.jsonl').read().splitlines()
     assert len(lines) == 30 and json.loads(lines[0])['step'] == 0
@@ -160,6 +164,38 @@ def test_max_kl_stops_and_keeps_the_last_policy_under_the_cap(tmp_path, known_an
     history = ckpt['metrics']['history']
     assert history[-1]['kl'] > 0.02 and all(h['kl'] <= 0.02 for h in history[:-1])
     assert ckpt['iter_num'] == len(history) - 2  # the policy before the step whose rollouts broke the cap
+    m = ckpt['metrics']
+    assert m['final_kl'] == history[-2]['kl'] <= 0.02  # the saved policy's own KL, not the over-cap one
+    from model import evaluate_perplexity
+    val = np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)
+    saved = GPT.from_checkpoint(str(tmp_path / 'p.pt'))
+    assert m['final_val_ppl'] == pytest.approx(evaluate_perplexity(saved, val[:100000], 32)[1], rel=1e-5)
+    assert f"val ppl ({m['ppl_tokens']}) {m['val_ppl_start']:.3f} -> {m['final_val_ppl']:.3f}" in r.stdout
+
+
+def test_policy_log_probs_ignore_dropout(tmp_path, known_answer_run, char_ckpt, char_data):
+    """A policy whose config has dropout: GRPO keeps it in eval mode, so at step 0 (policy == reference) the KL is
+    exactly 0 and a second pass over the same rollouts (learning rate 0) has ratio exactly 1."""
+    d, _ = known_answer_run
+    ckpt = load_checkpoint(char_ckpt)
+    ckpt['model_args']['dropout'] = 0.5
+    torch.save(ckpt, tmp_path / 'dropout.pt')
+    r = run_script('train_grpo.py', f'--policy_path={tmp_path / "dropout.pt"}', f'--reward_model_path={d / "rm.pt"}',
+                   f'--dataset={char_data}', f'--out_path={tmp_path / "p.pt"}', '--device=cpu', '--max_steps=1',
+                   '--learning_rate=0.0', '--num_iterations=2', '--epsilon=1e-6', '--eval_interval=100')
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = load_checkpoint(str(tmp_path / 'p.pt'))['metrics']['history'][0]
+    assert row['kl'] == 0.0 and row['clip_ratio'] == 0.0
+
+
+def test_reward_model_of_another_length_is_refused(tmp_path, known_answer_run, char_ckpt):
+    d, _ = known_answer_run
+    ckpt = load_checkpoint(str(d / 'rm.pt'))
+    ckpt['data_block_size'] = 16
+    torch.save(ckpt, tmp_path / 'rm16.pt')
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "rm16.pt"}',
+                   f'--out_path={tmp_path / "p.pt"}', '--device=cpu')
+    assert r.returncode == 2 and 'trained on sequences of 16 tokens' in r.stderr and 'Traceback' not in r.stderr
 
 
 def test_mismatched_tokenization_is_refused(tmp_path, char_ckpt, bpe_ckpt, known_answer_run):

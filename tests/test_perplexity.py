@@ -24,6 +24,15 @@ def test_perplexity_matches_hand_computation():
     assert len(nll) == 10
     assert math.isclose(ce, sum(nll) / 10, rel_tol=1e-5) and math.isclose(ppl, math.exp(ce), rel_tol=1e-9)
     assert math.isclose(evaluate_perplexity(m, tokens, batch_size=5)[0], ce, rel_tol=1e-5)  # batching agnostic
+    _, _, windows = evaluate_perplexity(m, tokens, batch_size=2, per_window=True)
+    assert np.allclose(windows, [np.mean(nll[:4]), np.mean(nll[4:8]), np.mean(nll[8:])], rtol=1e-5)
+    hot = []  # at temperature 2 the logits are halved before the softmax
+    for start in (0, 4, 8):
+        x = torch.tensor(tokens[start:start + 4].astype(np.int64))
+        logits = m.lm_head(m.hidden_states(x[None]))[0] / 2
+        n = min(4, len(tokens) - 1 - start)
+        hot += [-F.log_softmax(logits[t], -1)[int(tokens[start + t + 1])].item() for t in range(n)]
+    assert math.isclose(evaluate_perplexity(m, tokens, batch_size=3, temperature=2.0)[0], np.mean(hot), rel_tol=1e-5)
 
 
 def test_early_stopping_helper():

@@ -14,17 +14,22 @@ from configurator import UserError
 N = 32
 
 
+def block_offsets(data_dir, split):
+    return np.fromfile(os.path.join(data_dir, f'{split}_block_offsets.bin'), dtype=np.int64)
+
+
 def test_labels_prefix_and_split_separation(char_reward, char_data):
     train_tok = np.fromfile(os.path.join(char_data, 'train.bin'), dtype=np.uint16)
     val_tok = np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)
     for split, tokens in (('train', train_tok), ('val', val_tok)):
         ds = RewardDataset(char_reward, split)
-        assert len(ds) == 12 * 3 and ds.block_size == N
+        offsets = block_offsets(char_reward, split)
+        assert len(ds) == 12 * 3 and ds.block_size == N and len(offsets) == 12
         for s in range(len(ds)):
             x, y = ds[s]
             K = round(float(y[0]) * N)
             assert 1 <= K <= N - 1 and float(y[0]) == np.float32(K / N) and float(y[1]) == np.float32((N - K) / N)
-            block = tokens[(s // 3) * N:(s // 3 + 1) * N]
+            block = tokens[offsets[s // 3]:offsets[s // 3] + N]
             assert np.array_equal(x.numpy()[:K], block[:K])  # the natural prefix is the source block's own
         assert x.dtype == torch.int64 and y.dtype == torch.float32
     # nothing of val appears in train: every train prefix comes from the train split's blocks only
@@ -36,13 +41,31 @@ def test_generated_tail_comes_from_the_model(char_reward, char_data):
     """The synthetic part differs from the natural continuation (the model writes it)."""
     train_tok = np.fromfile(os.path.join(char_data, 'train.bin'), dtype=np.uint16)
     ds = RewardDataset(char_reward, 'train')
+    offsets = block_offsets(char_reward, 'train')
     differs = 0
     for s in range(len(ds)):
         x, y = ds[s]
         K = round(float(y[0]) * N)
-        block = train_tok[(s // 3) * N:(s // 3 + 1) * N]
+        block = train_tok[offsets[s // 3]:offsets[s // 3] + N]
         differs += not np.array_equal(x.numpy()[K:], block[K:])
     assert differs >= len(ds) - 2
+
+
+def test_blocks_are_drawn_from_the_whole_split(char_reward, char_data):
+    """12 of the split's non-overlapping blocks, distinct, block-aligned, spread over the split (not its first pages)."""
+    from prepare_reward_data import make_crossovers
+    for split in ('train', 'val'):
+        n_tokens = os.path.getsize(os.path.join(char_data, f'{split}.bin')) // 2
+        offsets = block_offsets(char_reward, split)
+        assert len(set(offsets)) == 12 and np.all(offsets % N == 0) and np.all(np.diff(offsets) > 0)
+        assert offsets.min() < 0.25 * n_tokens and offsets.max() > 0.75 * n_tokens
+        meta = RewardDataset(char_reward, split).metadata
+        assert meta['block_selection'].startswith('uniformly without replacement')
+        assert int(meta['blocks_in_split']) == n_tokens // N
+    tokens = np.arange(10 * N)  # fewer blocks than max_blocks: every block, in order
+    blocks, offsets, K = make_crossovers(tokens, N, 2, 50, np.random.default_rng(0))
+    assert np.array_equal(offsets, np.arange(10) * N) and np.array_equal(blocks[3], tokens[3 * N:4 * N])
+    assert K.shape == (10, 2) and K.min() >= 1 and K.max() <= N - 1
 
 
 def test_deterministic_and_batch_layout_independent(tmp_path, char_ckpt, char_data, char_reward):

@@ -50,12 +50,15 @@ def test_checkpoint_round_trips_as_reward_model(trained_rm, learnable_reward):
     assert model.config.mode == 'reward'
     from reward_dataset_loader import RewardDataset
     val = RewardDataset(learnable_reward, 'val')
-    x = torch.from_numpy(val.x[:].astype(np.int64))
-    with torch.no_grad():
-        probs = model(x)[0]
-    m = reward_metrics(probs[:, 0].numpy(), val.y[:, 0], val.block_size, float(np.mean(
-        RewardDataset(learnable_reward, 'train').y[:, 0])))
-    assert m['mse'] == pytest.approx(ckpt['metrics']['mse'], rel=1e-4)  # the saved figures are the saved model's
+    select, test = val.selection_and_test_rows()
+    assert len(select) == len(test) == 100 and not set(select) & set(test)
+    baseline = float(np.mean(RewardDataset(learnable_reward, 'train').y[:, 0]))
+    for rows, key in ((test, 'metrics'), (select, 'selection_metrics')):
+        with torch.no_grad():
+            probs = model(torch.from_numpy(val.x[rows].astype(np.int64)))[0]
+        m = reward_metrics(probs[:, 0].numpy(), val.y[rows, 0], val.block_size, baseline)
+        assert m['mse'] == pytest.approx(ckpt[key]['mse'], rel=1e-4)  # the saved figures are the saved model's
+    assert ckpt['metrics'] != ckpt['selection_metrics'] and ckpt['data_block_size'] == val.block_size
 
 
 @pytest.mark.parametrize('pooling', ['last', 'mean'])
