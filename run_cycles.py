@@ -221,6 +221,29 @@ def cycle_flops(reward_data_dir, reward_model_path, grpo_path):
     return data + load_checkpoint(reward_model_path)['flops'] + load_checkpoint(grpo_path)['metrics']['flops']
 
 
+def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None):
+    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting)."""
+    return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
+            f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
+            f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
+            f'--learning_rate={C.grpo_learning_rate}', f'--beta={C.grpo_beta}',
+            f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={scale_rewards or C.grpo_scale_rewards}',
+            f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
+            f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
+            f'--seed={seed}']
+
+
+def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
+    """The cycle's evaluate.py call: every version and control is measured by these instruments."""
+    judge_recipe = (f'--max_iters={C.judge_max_iters} --learning_rate={C.judge_learning_rate} '
+                    f'--reward_head_hidden_dim={C.reward_head_hidden_dim} --batch_size=64 --eval_interval=100')
+    return [os.path.join(ROOT, 'evaluate.py'), *ckpts, '--dataset', data_dir, '--referee', referee,
+            '--out', out_path, '--temperatures', ','.join(map(str, temperatures)), '--top_k', str(C.sample_top_k),
+            '--num_samples', str(C.eval_num_samples), '--seed', str(C.seed), '--device', C.device,
+            '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
+            '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--judge_args=' + judge_recipe, *extra]
+
+
 def main(argv):
     C = configure(DEFAULTS, argv)
     try:
@@ -281,16 +304,9 @@ def main(argv):
                  f'--patience={C.base_patience}', '--min_delta=0.002', '--warmup_iters=50', f'--seed={C.seed}'],
                 'base_v1.log')
     referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
-    judge_recipe = (f'--max_iters={C.judge_max_iters} --learning_rate={C.judge_learning_rate} '
-                    f'--reward_head_hidden_dim={C.reward_head_hidden_dim} --batch_size=64 --eval_interval=100')
 
     def evaluate_stage(name, output, ckpt, log, temperatures=(C.sample_temperature,), extra=(), inputs=()):
-        args = [os.path.join(ROOT, 'evaluate.py'), ckpt, '--dataset', data_dir, '--referee', referee, '--out', 'PARTIAL',
-                '--temperatures', ','.join(map(str, temperatures)), '--top_k', str(C.sample_top_k),
-                '--num_samples', str(C.eval_num_samples), '--seed', str(C.seed), '--device', C.device,
-                '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
-                '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--judge_args=' + judge_recipe,
-                *extra]
+        args = evaluate_cmd(C, [ckpt], data_dir, referee, 'PARTIAL', temperatures, extra)
         script_stage(name, [output], [ckpt, referee, *inputs, *data_files], args, log)
 
     evaluate_stage('evaluate v1', path('eval_v1.json'), path('base_model_v1.pt'), 'eval_v1.log')
@@ -315,14 +331,7 @@ def main(argv):
             shutil.move(stem + '_curves.png', partials[2])
         script_stage(f'cycle {n}: GRPO -> base v{n + 1}',
                      [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')], [base, rm] + data_files,
-                     [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={rm}',
-                      f'--dataset={data_dir}', '--out_path=PARTIAL', f'--max_steps={C.grpo_max_steps}',
-                      f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
-                      f'--learning_rate={C.grpo_learning_rate}', f'--beta={C.grpo_beta}',
-                      f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={C.grpo_scale_rewards}',
-                      f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}',
-                      f'--top_k={C.sample_top_k}', f'--eval_interval={C.grpo_eval_interval}',
-                      '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={C.seed + n}'],
+                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', C.seed + n),
                      f'grpo_v{n}.log', after=move_grpo_extras)
         evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
                        extra=['--reward_model', rm], inputs=[rm])

@@ -313,7 +313,7 @@ def main(argv):
         stop = False
         if rt.master:
             bar.update(1)
-            bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}")
+            bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}", refresh=False)
             if C.max_kl and row['kl'] is not None and row['kl'] > C.max_kl:
                 stop, stop_reason = True, f"max_kl: mean KL {row['kl']:.4f} exceeded {C.max_kl} at step {step}"
             else:

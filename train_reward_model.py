@@ -226,7 +226,7 @@ def main(argv):
         optimizer.step()
         iter_num, step = iter_num + 1, step + 1
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_t.item():.4f}", epoch=epoch)
+        bar.set_postfix(loss=f"{loss_t.item():.4f}", epoch=epoch, refresh=False)
     bar.close()
 
     if rt.master:

@@ -48,7 +48,7 @@ def main():
         tokens = np.memmap(args.data, dtype=np.uint16, mode='r')[:N * args.blocks]
     else:
         tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, N * args.blocks).astype(np.uint16)
-    blocks, K = make_crossovers(tokens, N, args.samples_per_chunk, None, np.random.default_rng(0))
+    blocks, _, K = make_crossovers(tokens, N, args.samples_per_chunk, None, np.random.default_rng(0))
     n_gen = int((N - K).sum())
     print(f"model: {model.get_num_params() / 1e6:.2f}M params, N={N}, {K.size} samples, {n_gen:,} tokens to generate, "
           f"torch threads {torch.get_num_threads()}")

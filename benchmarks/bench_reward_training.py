@@ -70,7 +70,7 @@ def main():
                       np.stack([K / N, (N - K) / N], 1).astype(np.float32))
     full_losses, full_times = train_epochs(model, ds, args.epochs, args.batch_size)
     t0 = time.time()
-    feats = compute_features(model, ds, 256, rt, 'features')
+    feats = compute_features(model, ds.x, 256, rt, 'features')
     feat_time = time.time() - t0
     cached_losses, cached_times = train_epochs(model, ds, args.epochs, args.batch_size, feats)
     full_epoch, cached_epoch = np.mean(full_times), np.mean(cached_times)

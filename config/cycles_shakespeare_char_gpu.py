@@ -28,6 +28,8 @@ grpo_beta = 0.04
 grpo_num_iterations = 2
 grpo_max_kl = 0.5
 
-eval_num_samples = 256
+# instruments: 2 x 960 disjoint val windows of 256 characters (the split holds 1,975)
+eval_num_samples = 960
+judge_max_blocks = 1000
 patience = 2
 min_delta = 0.01
