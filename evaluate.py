@@ -96,13 +96,15 @@ def sample_entropy(model, samples, start, temperature=1.0, top_k=None, batch_siz
     total, count = 0.0, 0
     for i in range(0, len(samples), batch_size):
         x = samples[i:i + batch_size]
-        logits = model.lm_head(model.hidden_states(x[:, :-1]))[:, start - 1:].float() / temperature
-        if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., [-1]]
-            logits = logits.masked_fill(logits < kth, -float('inf'))
-        logp = F.log_softmax(logits, dim=-1)
-        total += float(-(logp.exp() * logp.nan_to_num(0.0)).sum(-1).sum())
-        count += logits.shape[0] * logits.shape[1]
+        all_logits = model.lm_head(model.hidden_states(x[:, :-1]))[:, start - 1:]
+        for logits in all_logits.float().split(8):  # a few rows at a time: (rows, T, V) temporaries stay small
+            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., [-1]]
+                logits = logits.masked_fill(logits < kth, -float('inf'))
+            logp = F.log_softmax(logits, dim=-1)
+            total += float(-(logp.exp() * logp.nan_to_num(0.0)).sum(-1).sum())
+            count += logits.shape[0] * logits.shape[1]
     return total / count
 
 

@@ -104,7 +104,7 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU()
+        self.gelu = nn.GELU(approximate=config.gelu_approximate)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -138,6 +138,7 @@ class GPTConfig:
     mode: str = 'generator'  # 'generator' (next-token LM) or 'reward' (natural/synthetic discriminator)
     reward_head_hidden_dim: int = 256
     reward_pooling: str = 'last'  # reward head input: 'last' token's state or the 'mean' over all positions
+    gelu_approximate: str = 'none'  # 'tanh' for GPT-2's weights, which were trained with that GELU
 
 
 class GPT(nn.Module):
@@ -216,12 +217,16 @@ class GPT(nn.Module):
         x = self.hidden_states(idx)
         return x[:, -1, :] if self.config.reward_pooling == 'last' else x.mean(dim=1)
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, all_logits=False):
+        """Generator: (logits, loss); logits at every position with targets or all_logits, else at the last only.
+        Reward: (probs (B, 2), MSE loss against targets if given)."""
         if self.config.mode == 'reward':
             probs = self.reward_head(self.reward_features(idx))
             loss = F.mse_loss(probs, targets) if targets is not None else None
             return probs, loss
         x = self.hidden_states(idx)
+        if all_logits:
+            return self.lm_head(x), None
         if targets is not None:
             logits = self.lm_head(x)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
@@ -276,6 +281,20 @@ class GPT(nn.Module):
         return out
 
     @classmethod
+    def from_pretrained(cls, name_or_dir, dropout=0.0):
+        """A generator with GPT-2's weights (see load_gpt2_state), in eval mode."""
+        config, state = load_gpt2_state(name_or_dir, dropout)
+        model = cls(config)
+        model.load_state_dict(state, strict=True)
+        return model.eval()
+
+    def crop_block_size(self, block_size):
+        """Shorten the context (nanoGPT's model surgery), e.g. GPT-2's 1024 to a smaller block for a cheap run."""
+        assert block_size <= self.config.block_size
+        self.config.block_size = block_size
+        self.transformer.wpe.weight = nn.Parameter(self.transformer.wpe.weight[:block_size])
+
+    @classmethod
     def from_checkpoint(cls, path, mode=None, device='cpu', **overrides):
         """
         Build a model from a checkpoint (a path, or a dict already loaded with load_checkpoint) of either mode.
@@ -310,14 +329,68 @@ class GPT(nn.Module):
         return model.to(device).eval()
 
 
+GPT2_NAMES = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')
+
+
+class PretrainedUnavailable(Exception):
+    """GPT-2 weights that cannot be had here: transformers missing, or no cached copy and no network."""
+
+
+def load_gpt2_state(name_or_dir, dropout=0.0):
+    """
+    GPT-2 weights through Hugging Face transformers (imported here, on use): a hub name from GPT2_NAMES or a local
+    directory written by save_pretrained. Returns (GPTConfig, state dict in this model's names). Offline, a hub name
+    resolves only from the local cache (HF_HUB_OFFLINE=1 is honoured by transformers itself).
+    """
+    try:
+        from transformers import GPT2LMHeadModel
+    except ImportError:
+        raise PretrainedUnavailable("GPT-2 weights need the transformers package: pip install transformers") from None
+    try:
+        hf = GPT2LMHeadModel.from_pretrained(name_or_dir)
+    except (OSError, ValueError) as e:
+        raise PretrainedUnavailable(
+            f"cannot load GPT-2 weights {name_or_dir!r} ({str(e).splitlines()[0][:120]}): run "
+            f"`python -c \"from transformers import GPT2LMHeadModel as M; M.from_pretrained('{name_or_dir}')\"` "
+            f"once online to cache them, or pass a local directory saved with save_pretrained") from None
+    c = hf.config
+    gelu = {'gelu_new': 'tanh', 'gelu_pytorch_tanh': 'tanh', 'gelu': 'none'}.get(c.activation_function)
+    if gelu is None or c.n_inner not in (None, 4 * c.n_embd) or c.scale_attn_by_inverse_layer_idx \
+            or not c.scale_attn_weights:
+        raise ValueError(f"{name_or_dir}: a GPT-2 variant this model does not implement (activation "
+                         f"{c.activation_function}, n_inner {c.n_inner}, attention scaling options)")
+    config = GPTConfig(block_size=c.n_positions, vocab_size=c.vocab_size, n_layer=c.n_layer, n_head=c.n_head,
+                       n_embd=c.n_embd, dropout=dropout, bias=True, gelu_approximate=gelu)
+    state = {}
+    for k, v in hf.state_dict().items():
+        if k.endswith('.attn.bias') or k.endswith('.attn.masked_bias'):
+            continue  # causal-mask buffers of older transformers versions
+        # HF's Conv1D stores (in, out); nn.Linear wants (out, in), as nanoGPT's from_pretrained transposes
+        conv1d = k.endswith(('attn.c_attn.weight', 'attn.c_proj.weight', 'mlp.c_fc.weight', 'mlp.c_proj.weight'))
+        state[k] = v.t().contiguous() if conv1d else v
+    state['lm_head.weight'] = state['transformer.wte.weight']
+    return config, state
+
+
 def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
-    """(B, V) logits -> (B,) token ids, with nanoGPT's temperature and top-k."""
+    """
+    (B, V) logits -> (B,) token ids, with nanoGPT's temperature and top-k. Draws by inverse CDF: one uniform per
+    row against the running sum of the unnormalised probabilities. Same law as torch.multinomial, which on a
+    50k-token vocabulary costs several times the lm_head matmul; reproducible from `generator`.
+    """
     logits = logits.float() / temperature
-    if top_k is not None:
-        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-        logits = logits.masked_fill(logits < v[:, [-1]], -float('inf'))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator).view(-1)
+    candidates = None
+    if top_k is not None and top_k < logits.size(-1):
+        logits, candidates = torch.topk(logits, top_k)  # sample among the k best only
+    weights = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    cdf = weights.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    if not torch.isfinite(total).all():
+        raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
+    u = torch.rand(total.shape, generator=generator, device=logits.device) * total
+    # the first index whose running sum exceeds u: a zero-weight token never is one
+    idx = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.size(-1) - 1).view(-1)
+    return idx if candidates is None else candidates.gather(1, idx.view(-1, 1)).view(-1)
 
 
 # -----------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, d
                 if int(out.max()) < vocab and int(out.min()) >= 0:
                     break
                 problem = "generated token ids outside the vocabulary"
-            except RuntimeError as e:  # e.g. multinomial on non-finite probabilities
+            except (RuntimeError, ValueError) as e:  # e.g. non-finite logits from a diverged model
                 problem = str(e).splitlines()[0]
             print(f"warning: generation batch {b} of {desc} failed (attempt {attempt + 1}): {problem}")
         else:

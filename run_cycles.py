@@ -37,6 +37,9 @@ num_cycles = 2
 dataset = 'shakespeare_char'  # a data/ folder (prepared on demand for shakespeare_char / shakespeare) or a path
 device = 'auto'
 seed = 1337
+init_from = 'scratch'  # base v1: 'scratch', or GPT-2 weights ('gpt2', 'gpt2-medium', ..., or a Hugging Face directory)
+# fine-tuned on the dataset for base_max_iters (needs a BPE dataset; see config/cycles_gpt2_gpu.py)
+compile = False  # torch.compile in train.py (CUDA only)
 sample_temperature = 1.0  # sampling of the judge's data, the GRPO rollouts and the evaluation
 sample_top_k = None
 # base model (train.py)
@@ -284,7 +287,7 @@ def main(argv):
                      f'--eval_interval={C.reward_eval_interval}']
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
                   f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', '--beta2=0.99', '--eval_iters=20',
-                  '--log_interval=100', '--ppl_max_tokens=50000', '--compile=False', f'--device={C.device}']
+                  '--log_interval=100', '--ppl_max_tokens=50000', f'--compile={C.compile}', f'--device={C.device}']
 
     def train_stage(name, output, inputs, extra, log):
         """train.py into a work folder; its ckpt.pt becomes the output."""
@@ -301,8 +304,8 @@ def main(argv):
                 [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
                  f'--learning_rate={C.base_learning_rate}', f'--min_lr={C.base_learning_rate / 10}',
                  f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
-                 f'--patience={C.base_patience}', '--min_delta=0.002', '--warmup_iters=50', f'--seed={C.seed}'],
-                'base_v1.log')
+                 f'--patience={C.base_patience}', '--min_delta=0.002', '--warmup_iters=50', f'--seed={C.seed}']
+                + ([f'--init_from={C.init_from}'] if C.init_from != 'scratch' else []), 'base_v1.log')
     referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
 
     def evaluate_stage(name, output, ckpt, log, temperatures=(C.sample_temperature,), extra=(), inputs=()):

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, GPTConfig, evaluate_perplexity, load_checkpoint, save_checkpoint
+from model import GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint, save_checkpoint
 from runtime import broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 
@@ -30,7 +30,8 @@ log_interval = 1
 eval_iters = 200
 eval_only = False  # evaluate (loss estimate and whole-split val perplexity), then exit
 always_save_checkpoint = True  # if False, save only when val loss improves
-init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), or the path of a generator checkpoint to start from
+init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), a generator checkpoint's path, or GPT-2 weights:
+# 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local Hugging Face directory (needs transformers)
 # data
 dataset = 'shakespeare_char'  # a folder under data/, or any folder, holding train.bin and val.bin (+ meta.pkl)
 gradient_accumulation_steps = 1
@@ -85,6 +86,11 @@ def resolve_data_dir(name):
     return data_dir
 
 
+def is_pretrained(init_from):
+    """GPT-2 weights: a hub name, or a directory written by transformers' save_pretrained."""
+    return init_from in GPT2_NAMES or os.path.isfile(os.path.join(init_from, 'config.json'))
+
+
 def get_lr(it, C):
     """Linear warmup, cosine decay to min_lr, then constant (nanoGPT's schedule)."""
     if not C.decay_lr:
@@ -100,8 +106,9 @@ def get_lr(it, C):
 
 def main(argv):
     C = configure(DEFAULTS, argv)
-    if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from):
-        raise UserError(f"init_from must be 'scratch', 'resume' or a checkpoint path; {C.init_from!r} is none of them")
+    if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
+        raise UserError(f"init_from must be 'scratch', 'resume', a checkpoint path, one of {', '.join(GPT2_NAMES)} or "
+                        f"a Hugging Face model directory; {C.init_from!r} is none of them")
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     assert C.gradient_accumulation_steps % rt.world_size == 0, "gradient_accumulation_steps must divide by world size"
     grad_accum = C.gradient_accumulation_steps // rt.world_size
@@ -131,6 +138,17 @@ def main(argv):
         model_args = dict(n_layer=C.n_layer, n_head=C.n_head, n_embd=C.n_embd, block_size=C.block_size,
                           bias=C.bias, vocab_size=vocab_size, dropout=C.dropout)
         model = GPT(GPTConfig(**model_args))
+    elif is_pretrained(C.init_from):
+        if tokenizer.method != 'bpe':
+            raise UserError(f"GPT-2 weights read GPT-2 BPE tokens, but {data_dir} is {tokenizer.method}-level: "
+                            f"use a BPE dataset such as data/shakespeare")
+        try:
+            model = GPT.from_pretrained(C.init_from, dropout=C.dropout)
+        except PretrainedUnavailable as e:
+            raise UserError(str(e)) from None
+        if C.block_size > model.config.block_size:
+            raise UserError(f"block_size {C.block_size} exceeds GPT-2's {model.config.block_size}")
+        model.crop_block_size(C.block_size)
     else:
         ckpt_path = os.path.join(C.out_dir, 'ckpt.pt') if C.init_from == 'resume' else C.init_from
         ckpt = load_checkpoint(ckpt_path)

@@ -101,11 +101,24 @@ def completion_mask(prompt_lengths, seq_len):
     return (targets[None, :] >= prompt_lengths[:, None]).float()
 
 
-def token_logprobs(model, seqs, temperature):
-    """Log-probabilities (B, T-1) of each next token, from logits scaled by the sampling temperature."""
-    logits, _ = model(seqs[:, :-1], seqs[:, 1:])  # targets make the forward return every position's logits
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, seqs[:, 1:, None]).squeeze(-1), logp
+def token_logprobs(model, seqs, temperature, entropy=False, chunk=8):
+    """
+    Log-probabilities (B, T-1) of each next token, from logits scaled by the sampling temperature, and with
+    entropy=True each position's entropy (B, T-1, no gradient). Only the logits (B, T-1, V) stay alive for the
+    backward: the normaliser and the entropy are computed `chunk` rows at a time, so a 50k-token vocabulary never
+    holds a full log-softmax (or its entropy terms) beside them.
+    """
+    logits = model(seqs[:, :-1], all_logits=True)[0].float() / temperature
+    targets = seqs[:, 1:, None]
+    logps, entropies = [], []
+    for i in range(0, len(seqs), chunk):
+        rows = logits[i:i + chunk]
+        lse = torch.logsumexp(rows, dim=-1)
+        logps.append(rows.gather(-1, targets[i:i + chunk]).squeeze(-1) - lse)
+        if entropy:
+            with torch.no_grad():
+                entropies.append(lse - (torch.softmax(rows, dim=-1) * rows).sum(-1))  # H = lse - E_p[logit]
+    return torch.cat(logps), (torch.cat(entropies) if entropy else None)
 
 
 def k3_kl(logps, ref_logps):
@@ -285,11 +298,10 @@ def main(argv):
         old_logps, stats = None, {}  # the policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout)
         for _ in range(C.num_iterations):
             with rt.ctx:
-                logps, logp_all = token_logprobs(trained, seqs, C.temperature)
+                logps, token_entropy = token_logprobs(trained, seqs, C.temperature, entropy=old_logps is None)
             if old_logps is None:
                 old_logps = logps.detach()
-                with torch.no_grad():
-                    entropy = (-(logp_all.exp() * logp_all).sum(-1) * mask).sum() / mask.sum()
+                entropy = (token_entropy * mask).sum() / mask.sum()
             loss, pass_stats = grpo_loss(logps, old_logps, ref_logps, advantages, mask, C.epsilon, C.epsilon_high,
                                          C.beta, C.loss_type, max_completion)
             stats = stats or pass_stats  # KL of the rollout policy: measured on the first pass

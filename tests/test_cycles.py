@@ -7,6 +7,7 @@ import pytest
 from conftest import ROOT, run_script
 from evaluate import (compare, compare_paired, distinct_n, eval_windows, matched_temperature, repetition_rate,
                       text_statistics, unknown_word_rate, words_of)
+from model import load_checkpoint
 
 
 def test_distinct_n_and_repetition_exact_values():
@@ -129,6 +130,19 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     assert v['mle_iters'] >= 1 and v['cycle_flops'] > 0
     assert 'finished: num_cycles (2)' in stdout
     assert_consistent(out)
+
+
+def test_bpe_cycle_runs_every_stage(tmp_path, bpe_data):
+    """GPT-2 BPE end to end: base, reward data, judge, GRPO, the instruments and both controls, on a tiny model."""
+    out = tmp_path / 'bpe'
+    stdout = cycles(out, bpe_data, '--num_cycles=1', '--block_size=24', '--eval_num_samples=8',
+                    '--control_temperatures=1.0')
+    assert 'finished: num_cycles (1)' in stdout
+    for name in ('base_model_v2.pt', 'eval_v2.json', 'mle_v2.pt', 'eval_mle_v2.json', 'verdict_v1.json'):
+        assert (out / name).exists(), name
+    assert load_checkpoint(str(out / 'base_model_v2.pt'))['tokenization']['method'] == 'bpe'
+    e = json.loads((out / 'eval_v2.json').read_text())[0]
+    assert 0 <= e['unknown_word_rate'] <= 1 and e['val_perplexity'] > 1 and e['fresh_judge_n'] == 3
 
 
 def test_fresh_judges_and_mauve_use_the_referee_trunk(cycle_run):
