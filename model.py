@@ -375,20 +375,25 @@ def load_gpt2_state(name_or_dir, dropout=0.0):
 def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
     """
     (B, V) logits -> (B,) token ids, with nanoGPT's temperature and top-k. Draws by inverse CDF: one uniform per
-    row against the running sum of the unnormalised probabilities. Same law as torch.multinomial, which on a
-    50k-token vocabulary costs several times the lm_head matmul; reproducible from `generator`.
+    row against the running sum of the probabilities. Same law as torch.multinomial, which on a 50k-token vocabulary
+    costs several times the lm_head matmul; reproducible from `generator`. Every pass after the softmax works in
+    place: at this size allocating a fresh (B, V) tensor costs as much as computing it.
     """
-    logits = logits.float() / temperature
+    logits = logits.float()
     candidates = None
     if top_k is not None and top_k < logits.size(-1):
         logits, candidates = torch.topk(logits, top_k)  # sample among the k best only
-    weights = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
-    cdf = weights.cumsum(dim=-1)
+    cdf = torch.softmax(logits, dim=-1)
+    if temperature != 1.0:
+        # softmax(l / T) is proportional to softmax(l) ** (1 / T); scaling by the row max first keeps it from
+        # underflowing at low T (the running sum is normalised by its total below)
+        cdf.div_(cdf.max(dim=-1, keepdim=True).values).pow_(1.0 / temperature)
+    cdf.cumsum_(dim=-1)
     total = cdf[:, -1:]
     if not torch.isfinite(total).all():
         raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
-    u = torch.rand(total.shape, generator=generator, device=logits.device) * total
-    # the first index whose running sum exceeds u: a zero-weight token never is one
+    u = torch.rand(total.shape, generator=generator, device=cdf.device) * total
+    # the first index whose running sum exceeds u: a zero-probability token never is one
     idx = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.size(-1) - 1).view(-1)
     return idx if candidates is None else candidates.gather(1, idx.view(-1, 1)).view(-1)
 
