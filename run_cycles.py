@@ -90,6 +90,17 @@ min_delta = 0.0
 DEFAULTS = config_defaults(globals())
 
 
+def wait_with_peak_memory(proc):
+    """(exit code, the child's peak resident memory in MB, or None where os.wait4 is missing, e.g. Windows). Linux
+    counts the forked copy of this process before exec too, so a stage smaller than run_cycles (~0.25 GB) shows
+    run_cycles' size."""
+    if not hasattr(os, 'wait4'):
+        return proc.wait(), None
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss / (2 ** 20 if sys.platform == 'darwin' else 2 ** 10)  # bytes / KiB
+
+
 def run(args, log_path):
     """Run one script to completion, its output into log_path and, on a terminal, its latest line (its progress bar
     or log line) shown live; a failure stops the cycle with the log's tail."""
@@ -108,10 +119,12 @@ def run(args, log_path):
                 if lines:
                     sys.stdout.write('\r\033[K    ' + lines[-1].decode(errors='replace')[:width])
                     sys.stdout.flush()
-        proc.wait()
+        returncode, peak_mb = wait_with_peak_memory(proc)
     if live:
         sys.stdout.write('\r\033[K')
-    if proc.returncode != 0:
+    if peak_mb is not None:
+        print(f"       peak memory {peak_mb:,.0f} MB", flush=True)
+    if returncode != 0:
         last = [l for l in open(log_path, errors='replace').read().replace('\r', '\n').splitlines() if l.strip()][-3:]
         raise UserError(f"stage failed ({os.path.basename(args[0])}, see {log_path}): {' | '.join(last)}")
 

@@ -195,10 +195,12 @@ def test_interrupted_rerun_never_pairs_artefacts_of_different_runs(cycle_run, ch
     args = [sys.executable, 'run_cycles.py', f'--out_dir={out}', f'--dataset={char_data}', *TINY_CYCLE,
             '--num_cycles=2', '--grpo_learning_rate=1e-3']
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    seen = []
+    seen, grpo_running = [], False
     for line in proc.stdout:
         seen.append(line)
-        if len(seen) >= 2 and seen[-2].startswith('  $') and 'GRPO' in ''.join(seen[-4:]) and line.startswith('       done'):
+        if line.startswith('[run]  '):
+            grpo_running = 'cycle 1: GRPO' in line
+        if grpo_running and line.startswith('       done'):  # the stage has renamed its outputs: kill now
             proc.send_signal(signal.SIGKILL)
             break
     proc.wait()
@@ -232,3 +234,16 @@ def test_stage_progress_is_shown_live_on_a_terminal(tmp_path, monkeypatch):
     with pytest.raises(run_cycles.UserError, match='stage failed.*boom'):
         script.write_text("raise SystemExit('boom')\n")
         run_cycles.run([str(script)], str(tmp_path / 'log2.txt'))
+
+
+def test_stage_peak_memory_is_the_childs_own():
+    """run_cycles reports each stage's peak memory: at least what the child touched, with its exit code kept."""
+    import subprocess
+    import sys
+    from run_cycles import wait_with_peak_memory
+    code = 'import numpy as np, sys; a = np.ones(20_000_000); a += 1; sys.exit(3)'  # 160 MB touched
+    returncode, peak_mb = wait_with_peak_memory(subprocess.Popen([sys.executable, '-c', code]))
+    assert returncode == 3
+    assert peak_mb is None or 150 < peak_mb < 2000
+    returncode, _ = wait_with_peak_memory(subprocess.Popen([sys.executable, '-c', 'pass']))
+    assert returncode == 0

@@ -1,0 +1,23 @@
+# The cycle on GPT-2 BPE: Shakespeare's complete works as 1.40 M train / 165 k val GPT-2 tokens (data/shakespeare,
+# prepared on first use), every stage as in the char cycle. Sized for 2 CPU cores, where the 50,304-way output layer
+# is most of the cost (docs/benchmarks.md has the figures): a small base, so read it as the BPE path working end to
+# end, not as a strong generator. python run_cycles.py config/cycles_shakespeare.py
+out_dir = 'runs/cycles_shakespeare'
+dataset = 'shakespeare'
+
+block_size = 64
+batch_size = 16
+base_max_iters = 400
+base_eval_interval = 100
+
+reward_max_blocks = 500
+reward_pooling = 'mean'
+
+grpo_max_steps = 40
+grpo_learning_rate = 1e-4
+grpo_beta = 0.2
+grpo_scale_rewards = 'batch'
+
+# 2 x 500 disjoint val windows of 64 tokens
+eval_num_samples = 500
+judge_max_blocks = 300
