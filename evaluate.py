@@ -28,10 +28,9 @@ import tempfile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from configurator import UserError, run_cli
-from model import GPT, evaluate_perplexity, load_checkpoint
+from model import GPT, evaluate_perplexity, load_checkpoint, softmax_entropy
 from reward_data_config import TokenizationInfo
 from runtime import resolve_device
 from tokenization_manager import TokenizationManager
@@ -102,8 +101,7 @@ def sample_entropy(model, samples, start, temperature=1.0, top_k=None, batch_siz
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., [-1]]
                 logits = logits.masked_fill(logits < kth, -float('inf'))
-            logp = F.log_softmax(logits, dim=-1)
-            total += float(-(logp.exp() * logp.nan_to_num(0.0)).sum(-1).sum())
+            total += float(softmax_entropy(logits).sum())
             count += logits.shape[0] * logits.shape[1]
     return total / count
 

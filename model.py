@@ -372,6 +372,12 @@ def load_gpt2_state(name_or_dir, dropout=0.0):
     return config, state
 
 
+def softmax_entropy(logits):
+    """Entropy (nats) of softmax(logits) over the last dim; a -inf logit (a masked token) has probability 0."""
+    logp = F.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp.nan_to_num(0.0)).sum(-1)
+
+
 def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
     """
     (B, V) logits -> (B,) token ids, with nanoGPT's temperature and top-k. Draws by inverse CDF: one uniform per

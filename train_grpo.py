@@ -18,13 +18,12 @@ from collections import deque
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint
+from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, softmax_entropy
 from reward_data_config import TokenizationInfo
 from runtime import all_reduce_mean, broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
@@ -117,7 +116,7 @@ def token_logprobs(model, seqs, temperature, entropy=False, chunk=8):
         logps.append(rows.gather(-1, targets[i:i + chunk]).squeeze(-1) - lse)
         if entropy:
             with torch.no_grad():
-                entropies.append(lse - (torch.softmax(rows, dim=-1) * rows).sum(-1))  # H = lse - E_p[logit]
+                entropies.append(softmax_entropy(rows))
     return torch.cat(logps), (torch.cat(entropies) if entropy else None)
 
 
