@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from configurator import UserError, run_cli
-from model import GPT, evaluate_perplexity, load_checkpoint, softmax_entropy
+from model import GPT, evaluate_perplexity, load_checkpoint
 from reward_data_config import TokenizationInfo
 from runtime import resolve_device
 from tokenization_manager import TokenizationManager
@@ -86,24 +86,6 @@ def text_statistics(token_seqs, texts, known_words=None):
     if known_words is not None:
         stats['unknown_word_rate'] = unknown_word_rate(texts, known_words)
     return stats
-
-
-@torch.no_grad()
-def sample_entropy(model, samples, start, temperature=1.0, top_k=None, batch_size=64):
-    """Mean entropy (nats) of the distribution each generated token was drawn from (positions start.. of samples):
-    the sampler's diversity, which temperature controls."""
-    total, count = 0.0, 0
-    for i in range(0, len(samples), batch_size):
-        x = samples[i:i + batch_size]
-        all_logits = model.lm_head(model.hidden_states(x[:, :-1]))[:, start - 1:]
-        for logits in all_logits.float().split(8):  # a few rows at a time: (rows, T, V) temporaries stay small
-            logits = logits / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., [-1]]
-                logits = logits.masked_fill(logits < kth, -float('inf'))
-            total += float(softmax_entropy(logits).sum())
-            count += logits.shape[0] * logits.shape[1]
-    return total / count
 
 
 @torch.no_grad()
@@ -190,7 +172,8 @@ def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, tem
     return out
 
 
-def evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference, prompts, reward_model):
+def evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference, reference_features,
+                   prompts, reward_model):
     """Every figure of one checkpoint sampled at one temperature."""
     ckpt = load_checkpoint(path)
     model = GPT.from_checkpoint(ckpt, device=device)
@@ -205,16 +188,17 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
                                                per_window=True)
         figures.update(val_cross_entropy=ce, val_perplexity=ppl, val_window_cross_entropy=windows)
     gen = torch.Generator(device=device).manual_seed(A.seed)
-    samples = model.generate(prompts[:, :PROMPT_LEN].to(device), reference.shape[1] - PROMPT_LEN, temperature,
-                             A.top_k, generator=gen)
+    # the sampler's own entropy at every generated position: its diversity, which temperature controls
+    samples, entropy = model.generate(prompts[:, :PROMPT_LEN].to(device), reference.shape[1] - PROMPT_LEN,
+                                      temperature, A.top_k, generator=gen, entropy=True)
     texts = [tok.decode(s) for s in samples.tolist()]
     figures.update(text_statistics(samples.tolist(), texts, known_words))
     natural = text_statistics(reference.tolist(), [tok.decode(s) for s in reference.tolist()], known_words)
     figures.update({f'natural_{k}': v for k, v in natural.items()})
-    figures['sample_entropy'] = sample_entropy(model, samples, PROMPT_LEN, temperature, A.top_k)
+    figures['sample_entropy'] = float(entropy.double().mean())
     if not A.no_mauve:
         figures['mauve'], figures['mauve_sd'] = mauve_with_spread(
-            mean_pooled_features(referee, reference.to(device)), mean_pooled_features(referee, samples), A.seed)
+            reference_features, mean_pooled_features(referee, samples), A.seed)
     if reward_model is not None:
         with torch.no_grad():
             figures['mean_p_natural'] = float(reward_model(samples)[0][:, 0].mean())
@@ -318,8 +302,8 @@ def parse_args(argv):
     p.add_argument('--no_ppl', action='store_true', help="skip the whole-split perplexity")
     p.add_argument('--no_mauve', action='store_true')
     p.add_argument('--judge_seeds', type=int, default=3, help="fresh judges per point (0: none)")
-    p.add_argument('--judge_max_blocks', type=int, default=300, help="natural blocks per split of each judge's data")
-    p.add_argument('--judge_samples_per_chunk', type=int, default=4)
+    p.add_argument('--judge_max_blocks', type=int, default=400, help="natural blocks per split of each judge's data")
+    p.add_argument('--judge_samples_per_chunk', type=int, default=1, help="crossovers per block of each judge's data")
     p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
                    "e.g. '--max_iters=1500 --learning_rate=1e-3' (the trunk stays frozen, pooling is the mean)")
     A = p.parse_args(argv)
@@ -346,12 +330,13 @@ def main(argv):
     known_words = train_words(data_dir)  # read once: every point is judged against the same vocabulary
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     reference, prompts = eval_windows(val, A.num_samples, referee.config.block_size, A.seed)
+    reference_features = None if A.no_mauve else mean_pooled_features(referee, reference.to(device))  # once a run
     results = []
     for path in A.checkpoints:
         for temperature in A.temperatures:
             print(f"{path} at temperature {temperature}:")
             figures = evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference,
-                                     prompts, rm)
+                                     reference_features, prompts, rm)
             figures['referee'] = os.path.abspath(A.referee)
             figures['referee_trunk'] = trunk_signature(referee_ckpt['model'])
             results.append(figures)

@@ -1,7 +1,9 @@
 """
 One GPT, two modes, in the shape of nanoGPT's model.py.
   generator: next-token logits, lm_head tied to wte.
-  reward:    the final hidden state of the last token -> MLP -> softmax over [P(natural), P(synthetic)].
+  reward:    the final hidden state of the last token -> MLP -> softmax over [P(natural), P(synthetic)]; or the mean
+             of the states over positions ('mean'); or every position judged on its own ('token': P(this token is
+             natural), the sequence's P(natural) being their mean, an estimate of the natural share K/N).
 Also here, because every script needs them the same way: the KV-cache sampler (`GPT.generate`), the checkpoint
 format (`save_checkpoint`, `load_checkpoint`, `GPT.from_checkpoint`) and held-out perplexity (`evaluate_perplexity`).
 """
@@ -18,7 +20,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 MODES = ('generator', 'reward')
-POOLINGS = ('last', 'mean')
+POOLINGS = ('last', 'mean', 'token')
 HEAD_PREFIX = {'generator': 'lm_head.', 'reward': 'reward_head.'}
 
 
@@ -137,7 +139,7 @@ class GPTConfig:
     bias: bool = True
     mode: str = 'generator'  # 'generator' (next-token LM) or 'reward' (natural/synthetic discriminator)
     reward_head_hidden_dim: int = 256
-    reward_pooling: str = 'last'  # reward head input: 'last' token's state or the 'mean' over all positions
+    reward_pooling: str = 'last'  # reward head input: 'last' token's state, the 'mean' over positions, or each 'token'
     gelu_approximate: str = 'none'  # 'tanh' for GPT-2's weights, which were trained with that GELU
 
 
@@ -212,16 +214,21 @@ class GPT(nn.Module):
         return self.transformer.ln_f(x)
 
     def reward_features(self, idx):
-        """The input of the reward head, (B, n_embd): the last token's state, or the mean over positions, which
-        sees every token directly instead of through what the causal trunk carried to the end."""
+        """The input of the reward head: (B, n_embd) the last token's state, or the mean over positions, which
+        sees every token directly instead of through what the causal trunk carried to the end; (B, T, n_embd) every
+        position's state for a token judge."""
         x = self.hidden_states(idx)
-        return x[:, -1, :] if self.config.reward_pooling == 'last' else x.mean(dim=1)
+        pooling = self.config.reward_pooling
+        return x[:, -1, :] if pooling == 'last' else x.mean(dim=1) if pooling == 'mean' else x
 
-    def forward(self, idx, targets=None, all_logits=False):
+    def forward(self, idx, targets=None, all_logits=False, per_token=False):
         """Generator: (logits, loss); logits at every position with targets or all_logits, else at the last only.
-        Reward: (probs (B, 2), MSE loss against targets if given)."""
+        Reward: (probs (B, 2), MSE loss against targets if given); a token judge's sequence probs are the mean over
+        positions, its per-position probs (B, T, 2) come with per_token=True."""
         if self.config.mode == 'reward':
             probs = self.reward_head(self.reward_features(idx))
+            if probs.dim() == 3 and not per_token:
+                probs = probs.mean(dim=1)
             loss = F.mse_loss(probs, targets) if targets is not None else None
             return probs, loss
         x = self.hidden_states(idx)
@@ -247,13 +254,16 @@ class GPT(nn.Module):
         return torch.optim.AdamW(optim_groups, lr=learning_rate, betas=betas, **extra_args)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prompt_lengths=None, generator=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prompt_lengths=None, generator=None,
+                 entropy=False):
         """
         Continue each row of idx (B, T) by max_new_tokens sampled tokens, with a KV cache so each new token costs
         one position. prompt_lengths (B,), optional: row b's prompt is idx[b, :prompt_lengths[b]] and everything
         after it is generated, so rows with different prompt lengths advance together and all come back with
         length T + max_new_tokens. Beyond block_size the context is cropped as in nanoGPT, which needs a full
-        forward per token. generator: a torch.Generator for reproducible sampling.
+        forward per token. generator: a torch.Generator for reproducible sampling. entropy=True also returns
+        (B, total - start) the entropy (nats) of the law each position was drawn from (an evaluation reads the
+        sampler's diversity here instead of running the model again over its samples).
         """
         assert self.config.mode == 'generator', "generate() needs a generator-mode model"
         B, T = idx.shape
@@ -267,6 +277,7 @@ class GPT(nn.Module):
             start = int(prompt_lengths.min())
             assert 1 <= start and int(prompt_lengths.max()) <= T, "prompt lengths must lie in [1, T]"
         cache = KVCache(self.config.n_layer, min(total, bs))
+        entropies = []
         for t in range(start, total):
             if t == start and t <= bs:
                 logits = self.lm_head(self.hidden_states(out[:, :t], cache, 0)[:, -1])  # prefill
@@ -274,11 +285,13 @@ class GPT(nn.Module):
                 logits = self.lm_head(self.hidden_states(out[:, t - 1:t], cache, t - 1)[:, -1])
             else:
                 logits = self.lm_head(self.hidden_states(out[:, t - bs:t])[:, -1])
+            if entropy:
+                entropies.append(sampling_entropy(logits, temperature, top_k))
             next_tok = sample_next_token(logits, temperature, top_k, generator)
             if prompt_lengths is not None:
                 next_tok = torch.where(t < prompt_lengths, out[:, t], next_tok)
             out[:, t] = next_tok
-        return out
+        return (out, torch.stack(entropies, dim=1)) if entropy else out
 
     @classmethod
     def from_pretrained(cls, name_or_dir, dropout=0.0):
@@ -376,6 +389,14 @@ def softmax_entropy(logits):
     """Entropy (nats) of softmax(logits) over the last dim; a -inf logit (a masked token) has probability 0."""
     logp = F.log_softmax(logits, dim=-1)
     return -(logp.exp() * logp.nan_to_num(0.0)).sum(-1)
+
+
+def sampling_entropy(logits, temperature=1.0, top_k=None):
+    """(B, V) logits -> (B,) entropy (nats) of the law sample_next_token draws from at this temperature and top_k."""
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        logits = torch.topk(logits, top_k).values  # the other tokens have probability 0
+    return softmax_entropy(logits)
 
 
 def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):

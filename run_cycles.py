@@ -57,11 +57,12 @@ reward_max_blocks = 300
 reward_samples_per_chunk = 4
 reward_max_iters = 1500
 reward_head_hidden_dim = 256
-reward_pooling = 'last'  # 'mean' sees every position; see docs/reward_model_training_infrastructure.md
+reward_pooling = 'last'  # 'mean' sees every position, 'token' judges each; docs/reward_model_training_infrastructure.md
 reward_unfreeze_layers = 0  # the seed's recipe freezes the trunk; see docs/reward_model_training_infrastructure.md
 reward_learning_rate = 1e-3
 reward_batch_size = 64
 reward_eval_interval = 100
+reward_trunk_path = ''  # '' = each cycle's base; or a generator checkpoint (same tokenization) whose trunk the judge reads
 # GRPO
 grpo_max_steps = 60
 grpo_prompts_per_step = 8
@@ -72,12 +73,21 @@ grpo_num_iterations = 1
 grpo_scale_rewards = 'group'
 grpo_max_kl = 0.0
 grpo_eval_interval = 20
+grpo_judge_update_interval = 0  # 0: the judge stays frozen during GRPO (the seed); k: it trains every k steps (online)
+grpo_judge_steps = 4
+grpo_judge_learning_rate = 1e-3
+grpo_judge_replay = 8
+grpo_seed = 0  # 0: GRPO of cycle n is seeded seed + n, as every stage of the cycle; s: s + n (repeat an arm)
+grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
 # instruments (evaluate.py): one fixed referee for MAUVE and every fresh judge
 referee_path = ''  # '' = this run's base_model_v1.pt; or a stronger generator checkpoint with the same tokenization
 eval_num_samples = 1000
 judge_seeds = 3  # fresh judges per evaluation point, each on its own data: the spread of the boundary error
-judge_max_blocks = 300  # natural blocks per split of each fresh judge's data
-judge_samples_per_chunk = 4
+# natural blocks per split of each fresh judge's data, one crossover each: 500 independent blocks gave about the
+# spread over seeds of 300 blocks x 4 crossovers (sd 0.91 vs 0.82 of 128) in less than half the time; 400 keep the
+# default run within 25 minutes (docs/benchmarks.md)
+judge_max_blocks = 400
+judge_samples_per_chunk = 1
 judge_max_iters = 1500
 judge_learning_rate = 1e-3
 # controls
@@ -238,7 +248,10 @@ def cycle_flops(reward_data_dir, reward_model_path, grpo_path):
 
 
 def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None):
-    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting)."""
+    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting). The judge options appear only when
+    set, so a frozen-judge cycle's command (and its manifest) stays the seed's."""
+    online = [f'--judge_update_interval={C.grpo_judge_update_interval}', f'--judge_steps={C.grpo_judge_steps}',
+              f'--judge_learning_rate={C.grpo_judge_learning_rate}', f'--judge_replay={C.grpo_judge_replay}']
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
             f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
@@ -246,7 +259,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
             f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={scale_rewards or C.grpo_scale_rewards}',
             f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
             f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
-            f'--seed={seed}']
+            f'--seed={seed}'] + (online if C.grpo_judge_update_interval else []) \
+        + (['--token_advantages=True'] if C.grpo_token_advantages else [])
 
 
 def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
@@ -337,17 +351,19 @@ def main(argv):
                      reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
                                      C.seed + n, C.device, C.sample_temperature, C.sample_top_k),
                      f'reward_data_v{n}.log')
-        script_stage(f'cycle {n}: reward model', [rm], [base, rd],
-                     reward_model_cmd(base, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
+        trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
+        script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
+                     reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
                      f'reward_model_v{n}.log')
 
         def move_grpo_extras(partials):
             stem = os.path.splitext(partials[0])[0]
-            shutil.move(stem + '_log.jsonl', partials[1])
-            shutil.move(stem + '_curves.png', partials[2])
-        script_stage(f'cycle {n}: GRPO -> base v{n + 1}',
-                     [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')], [base, rm] + data_files,
-                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', C.seed + n),
+            for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
+                shutil.move(stem + suffix, dest)
+        grpo_outputs = [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')]
+        grpo_outputs += [path(f'grpo_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
+        script_stage(f'cycle {n}: GRPO -> base v{n + 1}', grpo_outputs, [base, rm] + data_files,
+                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.grpo_seed or C.seed) + n),
                      f'grpo_v{n}.log', after=move_grpo_extras)
         evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
                        extra=['--reward_model', rm], inputs=[rm])
@@ -464,16 +480,21 @@ def write_report(out, C, current):
              f"from the natural reference windows. ↑/↓: which way is closer to natural text. How to read it: "
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
     lines += [point_row(f"v{e['version']}", e) for e in versions]
-    lines += ['', '| cycle | judge test R² | judge boundary err | GRPO reward first 10 → last 10 steps | raw group '
-              'std of rewards | saved policy KL | stopped by |', '|---|---|---|---|---|---|---|']
+    lines += ['', '| cycle | judge test R² | judge boundary err | GRPO reward first 10 → last 10 steps | judge boundary '
+              "err on each step's unseen rollouts, first 10 → last 10 | raw group std of rewards | saved policy KL | "
+              'stopped by |', '|---|---|---|---|---|---|---|---|']
+
+    def first_last(h, key):
+        if not h or h[0].get(key) is None:
+            return '–'
+        return f"{fmt(sum(x[key] for x in h[:10]) / len(h[:10]))} → {fmt(sum(x[key] for x in h[-10:]) / len(h[-10:]))}"
     for c in cycles:
         rm, g = c.get('rm', {}), c.get('grpo')
         h = g['history'] if g else []
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
-                     + (f"{fmt(sum(x['reward'] for x in h[:10]) / len(h[:10]))} → "
-                        f"{fmt(sum(x['reward'] for x in h[-10:]) / len(h[-10:]))} | "
+                     + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
-                        f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – |'))
+                        f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – | – |'))
     for c in cycles:
         n = c['cycle']
         lines += ['', f"## Cycle {n}: base v{n + 1} against its controls", ''] + POINT_HEADER

@@ -8,6 +8,17 @@ Each step: prompts of random length P ~ U[min_prompt_len, max_prompt_len] from r
 num_generations completions per prompt, continued to exactly block_size tokens by the one KV-cache sampler;
 group-normalized advantages; a clipped-ratio loss over completion tokens with a k3 KL penalty to a frozen
 reference; num_iterations optimizer passes over each batch of rollouts.
+
+A rollout is a crossover sample with K = P (natural prompt, generated tail), labelled P/N as prepare_reward_data
+labels it, so every step also measures the judge on samples it has never seen (judge_r2, judge_boundary_error in
+the log). With judge_update_interval=k the judge keeps up (GAD, TextGAIL): every k steps its head takes judge_steps
+optimizer steps on the latest rollouts and a replay of earlier steps' (its trunk stays frozen, so the features the
+scoring pass computed are all it needs); the final judge is saved beside the policy as *_judge.pt.
+
+A token judge (reward_pooling='token') scores each completion by its mean P(natural) over the completion's
+positions; with token_advantages=True each completion token gets its own advantage instead: the discounted sum of
+the judge's per-token P(natural) from that token on (token_discount; ScratchGAN's per-step rewards), normalised
+position by position within the group.
 """
 
 import copy
@@ -28,6 +39,7 @@ from reward_data_config import TokenizationInfo
 from runtime import all_reduce_mean, broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 from train import resolve_data_dir
+from train_reward_model import judge_loss, reward_metrics
 
 # -----------------------------------------------------------------------------
 policy_path = ''  # the generator to improve (also the frozen reference)
@@ -44,6 +56,8 @@ temperature = 1.0
 top_k = None
 # objective
 scale_rewards = 'group'  # 'group', 'batch' or 'none'
+token_advantages = False  # a token judge only: per-token advantages from its per-position P(natural)
+token_discount = 0.23  # their discount (ScratchGAN's)
 loss_type = 'grpo'  # 'grpo', 'dr_grpo' or 'dapo'
 epsilon = 0.2
 epsilon_high = None  # None: epsilon
@@ -62,6 +76,12 @@ reward_window = 10  # steps in that moving average
 patience = 0  # steps without the moving average improving by min_delta (0 disables)
 min_delta = 0.0
 max_kl = 0.0  # stop when the mean KL to the reference exceeds this, keeping the last policy under it (0 disables)
+# online judge: 0 keeps the judge frozen (the seed's design); k > 0 trains its head every k steps on the rollouts
+judge_update_interval = 0
+judge_steps = 4  # judge optimizer steps per update
+judge_learning_rate = 1e-3
+judge_batch_size = 64
+judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the judge keeps what it caught before
 # evaluation
 eval_interval = 20
 ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
@@ -92,6 +112,28 @@ def group_advantages(rewards, group_size, scale='group'):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
     group_std = float(groups.std(dim=1).nan_to_num(0.0).mean()) if group_size > 1 else 0.0
     return centered.reshape(-1), zero_std, group_std
+
+
+def token_advantages_of(token_rewards, positions_mask, group_size, discount, scale='group'):
+    """
+    Per-token advantages (B, T-1) aligned with the next-token targets, from per-position rewards (B, T) over the
+    completion (positions_mask (B, T): 1 at generated positions): the discounted return from each position on,
+    centred on its group's mean at the same position (the rows of a group share their prompt length, so positions
+    line up) and scaled by the group's, the batch's or no std. Target j produces position j + 1.
+    """
+    r = token_rewards * positions_mask
+    returns = torch.zeros_like(r)
+    running = torch.zeros_like(r[:, 0])
+    for t in range(r.size(1) - 1, -1, -1):
+        running = r[:, t] + discount * running
+        returns[:, t] = running
+    groups = returns.view(-1, group_size, returns.size(1))
+    centered = groups - groups.mean(dim=1, keepdim=True)
+    if scale == 'group':
+        centered = centered / (groups.std(dim=1, keepdim=True).nan_to_num(0.0) + 1e-4)
+    elif scale == 'batch':
+        centered = centered / (returns[positions_mask.bool()].std().nan_to_num(0.0) + 1e-4)
+    return (centered.reshape_as(returns) * positions_mask)[:, 1:]
 
 
 def completion_mask(prompt_lengths, seq_len):
@@ -130,11 +172,11 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
               loss_type='grpo', max_completion_length=None):
     """
     Clipped-ratio policy loss over completion tokens plus beta * k3 KL to the reference; returns (loss, stats).
-    logps, old_logps, ref_logps, mask: (B, T); advantages: (B,).
+    logps, old_logps, ref_logps, mask: (B, T); advantages: (B,) or per token (B, T).
     """
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     ratio = torch.exp(logps - old_logps)
-    adv = advantages[:, None]
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages  # per sequence, or per token (B, T)
     per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
     kl = None
     if ref_logps is not None:
@@ -156,6 +198,26 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
     return loss, stats
 
 
+def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
+    """steps optimizer steps of the judge's head on minibatches of the replay buffer ((features, labels) of the
+    latest and earlier rollouts); gradients averaged over ranks. Returns the mean loss."""
+    feats = torch.cat([f for f, _ in replay])
+    labels = torch.cat([y for _, y in replay])
+    losses = []
+    for _ in range(steps):
+        rows = torch.randint(len(feats), (batch_size,), generator=gen).to(feats.device)
+        loss = judge_loss(head(feats[rows]), labels[rows], loss_kind)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if rt.ddp:
+            for p in head.parameters():
+                torch.distributed.all_reduce(p.grad)
+                p.grad.div_(rt.world_size)
+        optimizer.step()
+        losses.append(loss.item())
+    return float(np.mean(losses))
+
+
 def sample_prompts(train, n, lo, hi, block_size, rng):
     """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi)."""
     lengths = rng.integers(lo, hi + 1, size=n)
@@ -167,13 +229,13 @@ def sample_prompts(train, n, lo, hi, block_size, rng):
 
 
 def plot_history(history, path):
-    """Reward (mean and std band), KL and clip ratio over the steps, as a PNG."""
+    """Reward (mean and std band), KL and clip ratio, and the judge's R² on fresh rollouts over the steps, as a PNG."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     steps = [h['step'] for h in history]
     reward, std = np.array([h['reward'] for h in history]), np.array([h['reward_std'] for h in history])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     axes[0].plot(steps, reward, label='mean reward P(natural)')
     axes[0].fill_between(steps, reward - std, reward + std, alpha=0.2, label='± std')
     axes[0].set(xlabel='step', title='reward')
@@ -181,6 +243,11 @@ def plot_history(history, path):
         axes[1].plot(steps, [h['kl'] for h in history], label='KL to reference')
     axes[1].plot(steps, [h['clip_ratio'] for h in history], label='clip ratio')
     axes[1].set(xlabel='step', title='KL and clipping')
+    r2 = np.array([h['judge_r2'] for h in history])
+    smooth = np.convolve(r2, np.ones(min(10, len(r2))) / min(10, len(r2)), mode='valid')
+    axes[2].plot(steps, r2, alpha=0.3, label="judge R² on each step's rollouts")
+    axes[2].plot(steps[len(steps) - len(smooth):], smooth, label='moving average (10 steps)')
+    axes[2].set(xlabel='step', title='the judge on samples it has not seen')
     for ax in axes:
         ax.legend()
     fig.tight_layout()
@@ -209,7 +276,7 @@ def load_models(C, rt):
     reference = None
     if C.beta > 0 or C.max_kl > 0:
         reference = copy.deepcopy(policy).requires_grad_(False).eval()
-    return policy_ckpt, policy, reward_model, reference
+    return policy_ckpt, rm_ckpt, policy, reward_model, reference
 
 
 def main(argv):
@@ -221,10 +288,24 @@ def main(argv):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
     if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1:
         raise UserError("num_generations must be >= 2, temperature > 0 and num_iterations >= 1")
+    if C.judge_update_interval < 0 or C.judge_steps < 1 or C.judge_replay < 0 or C.judge_batch_size < 1:
+        raise UserError("judge_update_interval and judge_replay must be >= 0, judge_steps and judge_batch_size >= 1")
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     if C.prompts_per_step % rt.world_size:
         raise UserError(f"prompts_per_step {C.prompts_per_step} must divide by the {rt.world_size} ranks")
-    policy_ckpt, policy, reward_model, reference = load_models(C, rt)
+    policy_ckpt, rm_ckpt, policy, reward_model, reference = load_models(C, rt)
+    if C.token_advantages and reward_model.config.reward_pooling != 'token':
+        raise UserError(f"token_advantages needs a token judge; {C.reward_model_path} pools by "
+                        f"'{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
+    judge_path = os.path.splitext(C.out_path)[0] + '_judge.pt'
+    judge_opt, replay, judge_flops = None, deque(maxlen=C.judge_replay + 1), 0
+    judge_loss_kind = rm_ckpt.get('config', {}).get('loss', 'mse')  # the judge keeps the loss it was trained with
+    if C.judge_update_interval:
+        reward_model.reward_head.requires_grad_(True)
+        judge_opt = torch.optim.AdamW(reward_model.reward_head.parameters(), lr=C.judge_learning_rate,
+                                      betas=(0.9, 0.99), weight_decay=0.0)
+        judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
+        head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     N = policy.config.block_size
     hi = C.max_prompt_len or N // 2
     if not 1 <= C.min_prompt_len <= hi < N:
@@ -252,7 +333,12 @@ def main(argv):
         save_checkpoint(C.out_path, policy, iter_num=step, best_val_loss=None, config=vars(C),
                         tokenization=policy_ckpt['tokenization'], optimizer=optimizer,
                         metrics=dict(history=history, stop_reason=stop_reason, val_ppl_start=ppl_start,
-                                     ppl_tokens=ppl_tokens, flops=flops_per_step * len(history), **final))
+                                     ppl_tokens=ppl_tokens, flops=flops_per_step * len(history) + judge_flops,
+                                     **final))
+        if C.judge_update_interval:  # the judge as it stands, loadable wherever a reward model is
+            save_checkpoint(judge_path, reward_model, iter_num=step, config=dict(rm_ckpt.get('config', {}),
+                            online_from=os.path.abspath(C.reward_model_path)), tokenization=rm_ckpt['tokenization'],
+                            data_block_size=N, metrics={k: history[-1][k] for k in history[-1] if k.startswith('judge')})
 
     # compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, judge,
     # reference, and num_iterations forward+backward passes of the policy, over every rank's rows
@@ -283,10 +369,21 @@ def main(argv):
         with rt.ctx:
             seqs = policy.generate(prompt_t, N - hi, C.temperature, C.top_k, prompt_lengths=lengths_t, generator=gen)
         t1 = time.time()
-        # 2. rewards and advantages
+        # 2. rewards and advantages; the judge's figures on these rollouts, which it has not seen yet
         with torch.no_grad(), rt.ctx:
-            rewards = reward_model(seqs)[0][:, 0].float()
+            feats = reward_model.reward_features(seqs)
+            judged = reward_model.reward_head(feats)[..., 0].float()  # P(natural): (B,), or (B, N) by position
+        generated = (torch.arange(N, device=rt.device)[None, :] >= lengths_t[:, None]).float()
+        if judged.dim() == 2:  # a token judge: the completion's mean; the whole sequence's mean estimates K/N
+            rewards, p_natural = (judged * generated).sum(1) / generated.sum(1), judged.mean(1)
+        else:
+            rewards = p_natural = judged
         advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
+        if C.token_advantages:
+            advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards)
+        natural_share = lengths_t.float() / N  # the crossover label of a rollout: K = its prompt length
+        judge_fresh = reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), N,
+                                     float(natural_share.mean()))
         mask = completion_mask(lengths_t, N)
         with torch.no_grad(), rt.ctx:
             ref_logps = token_logprobs(reference, seqs, C.temperature)[0] if reference is not None else None
@@ -309,6 +406,13 @@ def main(argv):
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), C.grad_clip or float('inf')).item()
             optimizer.step()
+        judge_loss = None
+        if C.judge_update_interval:
+            replay.append((feats.float().detach(), torch.stack([natural_share, 1 - natural_share], dim=1)))
+            if (step + 1) % C.judge_update_interval == 0:
+                judge_loss = judge_update(reward_model.reward_head, judge_opt, replay, C.judge_steps,
+                                          C.judge_batch_size, judge_loss_kind, judge_gen, rt)
+                judge_flops += 6 * head_params * C.judge_batch_size * C.judge_steps * rt.world_size
         t3 = time.time()
 
         row = dict(step=step, reward=all_reduce_mean(rewards.mean().item(), rt),
@@ -318,7 +422,8 @@ def main(argv):
                    clip_ratio=all_reduce_mean(stats['clip_ratio'], rt), entropy=all_reduce_mean(entropy.item(), rt),
                    grad_norm=grad_norm, loss=loss.item(), lr=lr,
                    completion_length=float(N - lengths.mean()), time_generation=t1 - t0, time_scoring=t2 - t1,
-                   time_update=t3 - t2)
+                   time_update=t3 - t2, judge_r2=all_reduce_mean(judge_fresh['r2'], rt),
+                   judge_boundary_error=all_reduce_mean(judge_fresh['boundary_error'], rt), judge_loss=judge_loss)
         history.append(row)
         reward_ma.append(row['reward'])
         stop = False
@@ -340,6 +445,7 @@ def main(argv):
             if (step + 1) % C.eval_interval == 0 or step + 1 == C.max_steps or stop:
                 row['val_ppl'] = val_ppl()
                 tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
+                           f"judge on fresh rollouts R2 {row['judge_r2']:.3f}, "
                            f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
                            f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}; time gen/score/update "
                            f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")

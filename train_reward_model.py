@@ -1,7 +1,9 @@
 """
 Train the reward model: the base GPT's trunk (frozen by default) under a fresh MLP head that predicts
 [P(natural), P(synthetic)] of a sequence from its last token's final hidden state (or, with
-reward_pooling='mean', the mean of the final hidden states over all positions).
+reward_pooling='mean', the mean of the final hidden states over all positions). reward_pooling='token' judges every
+position: trained on per-position labels (position t is natural iff t < K), its sequence P(natural) is the mean
+over positions, so its figures compare with the other judges' one for one.
 
   python train_reward_model.py [config/train_reward_*.py] --model_path=BASE.pt --data_dir=REWARD_DATA --out_path=RM.pt
 
@@ -33,7 +35,7 @@ data_dir = 'data/reward_dataset'  # written by prepare_reward_data.py
 out_path = 'out-reward/reward_model.pt'
 init_from = 'base'  # 'base' (fresh head on model_path's trunk) or 'resume' (continue from out_path, the saved best)
 reward_head_hidden_dim = 256
-reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design) or 'mean' over positions
+reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design), 'mean' over positions, 'token'
 unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f
 loss = 'mse'  # 'mse' or 'ce' (cross-entropy against the soft label)
 batch_size = 64
@@ -63,6 +65,21 @@ def loss_fn(probs, y, kind):
     return -(y * torch.log(probs.clamp_min(1e-8))).sum(-1).mean()
 
 
+def crossover_targets(y, N):
+    """Per-position targets (B, N, 2) of crossover samples with labels y (B, 2) = [K/N, (N-K)/N]: position t is
+    natural ([1, 0]) iff t < K."""
+    K = torch.round(y[:, 0] * N)
+    natural = (torch.arange(N, device=y.device)[None, :] < K[:, None]).to(y.dtype)
+    return torch.stack([natural, 1 - natural], dim=-1)
+
+
+def judge_loss(probs, y, kind):
+    """The loss of a judge's output against crossover labels y (B, 2): per position for a token judge's (B, N, 2)."""
+    if probs.dim() == 3:
+        return loss_fn(probs.reshape(-1, 2), crossover_targets(y, probs.size(1)).reshape(-1, 2), kind)
+    return loss_fn(probs, y, kind)
+
+
 def freeze_trunk(model, unfreeze_layers):
     """requires_grad=False everywhere but the head (and the last unfreeze_layers blocks + ln_f)."""
     for p in model.parameters():
@@ -80,7 +97,8 @@ def compute_features(model, x_all, batch_size, rt, desc):
     """Pooled features (n, n_embd) of every row of x_all (the reward head's input); under DDP each rank computes a
     contiguous share."""
     n = len(x_all)
-    feats = torch.zeros(n, model.config.n_embd, device=rt.device)
+    per_token = (x_all.shape[1],) if model.config.reward_pooling == 'token' else ()
+    feats = torch.zeros(n, *per_token, model.config.n_embd, device=rt.device)
     share = math.ceil(n / rt.world_size)
     lo, hi = rt.rank * share, min(n, (rt.rank + 1) * share)
     for i in tqdm(range(lo, hi, batch_size), desc=desc, disable=not rt.master, dynamic_ncols=True, leave=False):
@@ -165,7 +183,7 @@ def main(argv):
         x = torch.from_numpy(ds.x[rows].astype(np.int64)).to(rt.device)
         flops += model.flops_per_token(backward=training) * len(rows) * N * (rt.world_size if training else 1)
         with rt.ctx:
-            return module(x)[0].float(), y
+            return module(x, per_token=True)[0].float(), y
 
     @torch.no_grad()
     def evaluate(rows):
@@ -174,8 +192,8 @@ def main(argv):
         p, losses = [], 0.0
         for i in range(0, len(rows), C.feature_batch_size):
             probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + C.feature_batch_size], False)
-            losses += loss_fn(probs, y, C.loss).item() * len(y)
-            p.append(probs[:, 0].cpu().numpy())
+            losses += judge_loss(probs, y, C.loss).item() * len(y)
+            p.append((probs.mean(dim=1) if probs.dim() == 3 else probs)[:, 0].cpu().numpy())
         model.train(train_mode)
         return losses / len(rows), reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
 
@@ -218,7 +236,7 @@ def main(argv):
             break
         rows = perm[(step * rt.world_size + rt.rank) * C.batch_size:][:C.batch_size]
         probs, y = predict(train_ds, train_feats if cached else None, rows, True)
-        loss_t = loss_fn(probs, y, C.loss)
+        loss_t = judge_loss(probs, y, C.loss)
         optimizer.zero_grad(set_to_none=True)
         loss_t.backward()
         if C.grad_clip:

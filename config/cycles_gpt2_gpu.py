@@ -36,5 +36,6 @@ grpo_max_kl = 0.5
 # of 256 tokens (references and prompts), so 300 samples per point
 eval_num_samples = 300
 judge_max_blocks = 600
+judge_samples_per_chunk = 4
 patience = 2
 min_delta = 0.01

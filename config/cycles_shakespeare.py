@@ -21,3 +21,4 @@ grpo_scale_rewards = 'batch'
 # 2 x 500 disjoint val windows of 64 tokens
 eval_num_samples = 500
 judge_max_blocks = 300
+judge_samples_per_chunk = 4

@@ -31,5 +31,6 @@ grpo_max_kl = 0.5
 # instruments: 2 x 960 disjoint val windows of 256 characters (the split holds 1,975)
 eval_num_samples = 960
 judge_max_blocks = 1000
+judge_samples_per_chunk = 4
 patience = 2
 min_delta = 0.01

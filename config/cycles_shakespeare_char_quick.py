@@ -16,5 +16,5 @@ grpo_scale_rewards = 'batch'
 
 eval_num_samples = 200
 judge_seeds = 1
-judge_max_blocks = 150
+judge_max_blocks = 600
 controls = False

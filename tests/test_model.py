@@ -112,6 +112,23 @@ def test_generate_sampling_is_seeded():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+@pytest.mark.parametrize('temperature,top_k', [(1.0, None), (0.7, 5)])
+def test_generate_entropy_is_that_of_the_sampled_law(temperature, top_k):
+    """entropy=True leaves the draws unchanged and gives, per generated position, the entropy of softmax(logits / T)
+    over the top k, as a full forward over the finished samples computes it."""
+    m = tiny()
+    idx = torch.randint(0, 50, (3, 4), generator=torch.Generator().manual_seed(0))
+    plain = m.generate(idx, 8, temperature, top_k, generator=torch.Generator().manual_seed(1))
+    out, ent = m.generate(idx, 8, temperature, top_k, generator=torch.Generator().manual_seed(1), entropy=True)
+    assert torch.equal(out, plain) and ent.shape == (3, 8)
+    with torch.no_grad():
+        logits = m(out[:, :-1], all_logits=True)[0][:, 3:] / temperature
+    kth = torch.topk(logits, top_k).values[..., [-1]] if top_k else logits.min(-1, keepdim=True).values
+    p = torch.softmax(logits.masked_fill(logits < kth, -float('inf')), dim=-1)
+    expected = -(p * p.clamp_min(1e-30).log()).sum(-1)
+    assert torch.allclose(ent, expected, atol=1e-5)
+
+
 @pytest.mark.parametrize('temperature,top_k', [(1.0, None), (0.7, None), (1.0, 3)])
 def test_sampler_frequencies_match_the_distribution(temperature, top_k):
     """The inverse-CDF sampler draws from softmax(logits / T), restricted to the top k: a chi-square test over 20k
