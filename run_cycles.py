@@ -1,7 +1,8 @@
 """
 The adversarial cycle, end to end, through the existing scripts and files on disk, with its controls:
   prepare the corpus if missing -> cycle 0: base model v1 -> for n = 1..num_cycles:
-  reward data from base v{n} -> reward model v{n} -> GRPO -> base v{n+1};
+  reward data from base v{n} -> reward model v{n} -> GRPO -> base v{n+1} (trainer='grpo'), or SPIN of base v{n}
+  against its own samples -> base v{n+1} (trainer='spin');
   controls: base v{n} trained further with next-token loss for the cycle's compute (mle_v{n+1}.pt), and base v{n}
   sampled at several temperatures; every version and control measured by the same instruments (evaluate.py, one
   fixed referee); the cycle's verdict against both controls; report.md after each cycle.
@@ -52,6 +53,7 @@ base_max_iters = 600
 base_learning_rate = 2e-3
 base_eval_interval = 100
 base_patience = 3
+trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
 reward_samples_per_chunk = 4
@@ -79,6 +81,14 @@ grpo_judge_learning_rate = 1e-3
 grpo_judge_replay = 8
 grpo_seed = 0  # 0: GRPO of cycle n is seeded seed + n, as every stage of the cycle; s: s + n (repeat an arm)
 grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
+# SPIN (trainer='spin'; train_spin.py)
+spin_max_steps = 60
+spin_batch_size = 16
+spin_learning_rate = 1e-4
+spin_beta = 0.1
+spin_loss_type = 'sigmoid'
+spin_nll_weight = 0.0
+spin_opponent_mix = 0.0  # share of each batch written by the earlier versions base v1 .. v{n-1} instead of base v{n}
 # instruments (evaluate.py): one fixed referee for MAUVE and every fresh judge
 referee_path = ''  # '' = this run's base_model_v1.pt; or a stronger generator checkpoint with the same tokenization
 eval_num_samples = 1000
@@ -238,13 +248,29 @@ def load_json(path):
         return json.load(f)
 
 
-def cycle_flops(reward_data_dir, reward_model_path, grpo_path):
-    """The compute of one cycle as its three scripts recorded it (model FLOPs: deterministic, unlike wall-clock)."""
+def cycle_flops(new_base, reward_data_dir=None, reward_model_path=None):
+    """The compute of one cycle as its scripts recorded it (model FLOPs: deterministic, unlike wall-clock): the
+    trainer's run that wrote new_base, and for GRPO the judge's data and training."""
     from model import load_checkpoint
     from reward_dataset_loader import read_metadata
-    data = sum(int(read_metadata(os.path.join(reward_data_dir, f'{split}_metadata.txt'))['flops'])
-               for split in ('train', 'val'))
-    return data + load_checkpoint(reward_model_path)['flops'] + load_checkpoint(grpo_path)['metrics']['flops']
+    total = load_checkpoint(new_base)['metrics']['flops']
+    if reward_data_dir:
+        total += sum(int(read_metadata(os.path.join(reward_data_dir, f'{split}_metadata.txt'))['flops'])
+                     for split in ('train', 'val'))
+    if reward_model_path:
+        total += load_checkpoint(reward_model_path)['flops']
+    return total
+
+
+def spin_cmd(C, base, earlier, data_dir, out_path, seed):
+    """The cycle's train_spin.py call; earlier versions join as opponents only when spin_opponent_mix > 0."""
+    mix = [f'--opponent_paths={",".join(earlier)}', f'--opponent_mix={C.spin_opponent_mix}'] \
+        if C.spin_opponent_mix and earlier else []
+    return [os.path.join(ROOT, 'train_spin.py'), f'--policy_path={base}', f'--dataset={data_dir}',
+            f'--out_path={out_path}', f'--max_steps={C.spin_max_steps}', f'--batch_size={C.spin_batch_size}',
+            f'--learning_rate={C.spin_learning_rate}', f'--beta={C.spin_beta}', f'--loss_type={C.spin_loss_type}',
+            f'--nll_weight={C.spin_nll_weight}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
+            '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={seed}', *mix]
 
 
 def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None):
@@ -276,6 +302,8 @@ def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
 
 def main(argv):
     C = configure(DEFAULTS, argv)
+    if C.trainer not in ('grpo', 'spin'):
+        raise UserError(f"trainer must be 'grpo' or 'spin', got {C.trainer!r}")
     try:
         temps = sorted({float(t) for t in C.control_temperatures.split(',')})
     except ValueError:
@@ -347,26 +375,34 @@ def main(argv):
         base, rd, rm, new = (path(f'base_model_v{n}.pt'), path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt'),
                              path(f'base_model_v{n + 1}.pt'))
         print(f"== cycle {n}", flush=True)
-        script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
-                     reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
-                                     C.seed + n, C.device, C.sample_temperature, C.sample_top_k),
-                     f'reward_data_v{n}.log')
-        trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
-        script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
-                     reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
-                     f'reward_model_v{n}.log')
+        if C.trainer == 'spin':
+            earlier = [path(f'base_model_v{k}.pt') for k in range(1, n)] if C.spin_opponent_mix else []
+            script_stage(f'cycle {n}: SPIN -> base v{n + 1}', [new, path(f'spin_v{n}_log.jsonl')],
+                         [base, *earlier] + data_files, spin_cmd(C, base, earlier, data_dir, 'PARTIAL', C.seed + n),
+                         f'spin_v{n}.log', after=lambda partials: shutil.move(
+                             os.path.splitext(partials[0])[0] + '_log.jsonl', partials[1]))
+            evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log')
+        else:
+            script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
+                         reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
+                                         C.seed + n, C.device, C.sample_temperature, C.sample_top_k),
+                         f'reward_data_v{n}.log')
+            trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
+            script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
+                         reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
+                         f'reward_model_v{n}.log')
 
-        def move_grpo_extras(partials):
-            stem = os.path.splitext(partials[0])[0]
-            for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
-                shutil.move(stem + suffix, dest)
-        grpo_outputs = [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')]
-        grpo_outputs += [path(f'grpo_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
-        script_stage(f'cycle {n}: GRPO -> base v{n + 1}', grpo_outputs, [base, rm] + data_files,
-                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.grpo_seed or C.seed) + n),
-                     f'grpo_v{n}.log', after=move_grpo_extras)
-        evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
-                       extra=['--reward_model', rm], inputs=[rm])
+            def move_grpo_extras(partials):
+                stem = os.path.splitext(partials[0])[0]
+                for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
+                    shutil.move(stem + suffix, dest)
+            grpo_outputs = [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')]
+            grpo_outputs += [path(f'grpo_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
+            script_stage(f'cycle {n}: GRPO -> base v{n + 1}', grpo_outputs, [base, rm] + data_files,
+                         grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.grpo_seed or C.seed) + n),
+                         f'grpo_v{n}.log', after=move_grpo_extras)
+            evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
+                           extra=['--reward_model', rm], inputs=[rm])
         if C.controls:
             run_controls(C, pipe, n, temps, train_stage, evaluate_stage, path, data_files)
         write_report(out, C, pipe.current)
@@ -382,7 +418,9 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, path, data_file
     """Cycle n's controls, measured like the cycle's output, and its verdict against them."""
     from model import GPT
     base, mle = path(f'base_model_v{n}.pt'), path(f'mle_v{n + 1}.pt')
-    flops = cycle_flops(path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt'), path(f'base_model_v{n + 1}.pt'))
+    grpo = C.trainer == 'grpo'
+    flops = cycle_flops(path(f'base_model_v{n + 1}.pt'), path(f'reward_data_v{n}') if grpo else None,
+                        path(f'reward_model_v{n}.pt') if grpo else None)
     per_iter = GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
     iters = max(1, math.ceil(flops / per_iter))
     # the base's final learning rate, held: continued training, not a new schedule
@@ -491,6 +529,11 @@ def write_report(out, C, current):
     for c in cycles:
         rm, g = c.get('rm', {}), c.get('grpo')
         h = g['history'] if g else []
+        if h and 'reward' not in h[0]:  # a SPIN cycle: no separate judge; the model's own margin on held-out prompts
+            lines.append(f"| {c['cycle']} (SPIN) | – | – | held-out margin (log π − log π_ref)(real − generated): "
+                         f"{fmt(g['start']['heldout_margin'])} → {fmt(h[-1]['heldout_margin'])} | – | – | – | "
+                         f"{g['stop_reason']} |")
+            continue
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
                      + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
@@ -498,7 +541,8 @@ def write_report(out, C, current):
     for c in cycles:
         n = c['cycle']
         lines += ['', f"## Cycle {n}: base v{n + 1} against its controls", ''] + POINT_HEADER
-        lines.append(point_row(f"**base v{n + 1} (GRPO)**", c['arm']))
+        h = c.get('grpo', {}).get('history') or [{}]
+        lines.append(point_row(f"**base v{n + 1} ({'GRPO' if 'reward' in h[0] else 'SPIN'})**", c['arm']))
         if 'mle' in c:
             lines.append(point_row(f"MLE control (base v{n} + next-token training)", c['mle']))
         for e in sorted(c['sweep'], key=lambda e: e['temperature']):
@@ -556,6 +600,8 @@ def plot_grpo(cycles, png):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for c in cycles:
         h = c.get('grpo', {}).get('history', [])
+        if not h or 'reward' not in h[0]:  # SPIN: its curves are in spin_v{n}_log.jsonl
+            continue
         axes[0].plot([x['reward'] for x in h], label=f"cycle {c['cycle']} reward")
         if h and h[0]['kl'] is not None:
             axes[1].plot([x['kl'] for x in h], label=f"cycle {c['cycle']} KL")

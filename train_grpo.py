@@ -218,13 +218,37 @@ def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt)
     return float(np.mean(losses))
 
 
-def sample_prompts(train, n, lo, hi, block_size, rng):
-    """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi)."""
+def warmup_lr(optimizer, learning_rate, warmup_steps, step):
+    """Linear warmup to learning_rate over warmup_steps, then constant; set on the optimizer and returned."""
+    lr = learning_rate * min(1.0, (step + 1) / max(1, warmup_steps))
+    for group in optimizer.param_groups:
+        group['lr'] = lr
+    return lr
+
+
+def prompts_and_splits(C, block_size, ckpt):
+    """The largest prompt length (C.max_prompt_len, default block_size // 2; checked) and the memory-mapped train
+    and val splits of C.dataset (default: the checkpoint's own dataset)."""
+    hi = C.max_prompt_len or block_size // 2
+    if not 1 <= C.min_prompt_len <= hi < block_size:
+        raise UserError(f"need 1 <= min_prompt_len <= max_prompt_len < block_size ({block_size}); "
+                        f"got {C.min_prompt_len}, {hi}")
+    data_dir = resolve_data_dir(C.dataset or ckpt.get('config', {}).get('dataset', ''))
+    return hi, *(np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+                 for split in ('train', 'val'))
+
+
+def sample_windows(train, n, lo, hi, block_size, rng):
+    """n natural windows (n, block_size) at random offsets of the train split, and a prompt length ~ U[lo, hi] each."""
     lengths = rng.integers(lo, hi + 1, size=n)
     offsets = rng.integers(0, len(train) - block_size, size=n)
-    prompts = np.zeros((n, hi), dtype=np.int64)
-    for i, (o, p) in enumerate(zip(offsets, lengths)):
-        prompts[i, :p] = train[o:o + p]
+    return np.stack([np.asarray(train[o:o + block_size], dtype=np.int64) for o in offsets]), lengths
+
+
+def sample_prompts(train, n, lo, hi, block_size, rng):
+    """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi)."""
+    windows, lengths = sample_windows(train, n, lo, hi, block_size, rng)
+    prompts = np.where(np.arange(hi)[None, :] < lengths[:, None], windows[:, :hi], 0)
     return prompts, lengths
 
 
@@ -307,12 +331,7 @@ def main(argv):
         judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
         head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     N = policy.config.block_size
-    hi = C.max_prompt_len or N // 2
-    if not 1 <= C.min_prompt_len <= hi < N:
-        raise UserError(f"need 1 <= min_prompt_len <= max_prompt_len < block_size ({N}); got {C.min_prompt_len}, {hi}")
-    data_dir = resolve_data_dir(C.dataset or policy_ckpt.get('config', {}).get('dataset', ''))
-    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    hi, train, val = prompts_and_splits(C, N, policy_ckpt)
     tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
     optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
     trained = DDP(policy) if rt.ddp else policy
@@ -358,9 +377,7 @@ def main(argv):
     last_ok_state, last_ok_step, stop_reason, step = None, 0, 'max_steps', 0
     bar = tqdm(total=C.max_steps, desc='grpo', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
     for step in range(C.max_steps):
-        lr = C.learning_rate * min(1.0, (step + 1) / max(1, C.warmup_steps))
-        for group in optimizer.param_groups:
-            group['lr'] = lr
+        lr = warmup_lr(optimizer, C.learning_rate, C.warmup_steps, step)
         # 1. rollouts: G completions per prompt, all rows advancing together in one cached batch
         t0 = time.time()
         prompts, lengths = sample_prompts(train, n_prompts, C.min_prompt_len, hi, N, rng)

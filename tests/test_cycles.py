@@ -247,3 +247,25 @@ def test_stage_peak_memory_is_the_childs_own():
     assert peak_mb is None or 150 < peak_mb < 2000
     returncode, _ = wait_with_peak_memory(subprocess.Popen([sys.executable, '-c', 'pass']))
     assert returncode == 0
+
+
+def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_data):
+    """trainer='spin': no judge stages; SPIN writes each new base (cycle 2 playing partly against base v1), every
+    version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs."""
+    out = tmp_path / 'spin'
+    stdout = cycles(out, char_data, '--num_cycles=2', '--trainer=spin', '--spin_max_steps=3', '--spin_batch_size=4',
+                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0')
+    assert 'finished: num_cycles (2)' in stdout
+    assert not any(s.startswith(('cycle 1: reward', 'cycle 1: GRPO')) for s in stages_run(stdout))
+    assert 'cycle 2: SPIN -> base v3' in stages_run(stdout)
+    for name in ('base_model_v2.pt', 'base_model_v3.pt', 'spin_v1_log.jsonl', 'spin_v2_log.jsonl', 'mle_v3.pt',
+                 'verdict_v2.json'):
+        assert (out / name).exists(), name
+    assert not (out / 'reward_model_v1.pt').exists()
+    spin_cfg = load_checkpoint(str(out / 'base_model_v3.pt'))['config']
+    assert spin_cfg['opponent_mix'] == 0.5 and spin_cfg['opponent_paths'].endswith('base_model_v1.pt')
+    v = json.loads((out / 'verdict_v1.json').read_text())
+    assert v['cycle_flops'] == load_checkpoint(str(out / 'base_model_v2.pt'))['metrics']['flops']
+    report = (out / 'report.md').read_text()
+    assert '(SPIN)' in report and 'held-out margin' in report and 'Cycle 2 verdict' in report
+    assert_consistent(out)
