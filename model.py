@@ -227,8 +227,7 @@ class GPT(nn.Module):
         positions, its per-position probs (B, T, 2) come with per_token=True."""
         if self.config.mode == 'reward':
             probs = self.reward_head(self.reward_features(idx))
-            if probs.dim() == 3 and not per_token:
-                probs = probs.mean(dim=1)
+            probs = probs if per_token else sequence_probs(probs)
             loss = F.mse_loss(probs, targets) if targets is not None else None
             return probs, loss
         x = self.hidden_states(idx)
@@ -385,6 +384,12 @@ def load_gpt2_state(name_or_dir, dropout=0.0):
     return config, state
 
 
+def sequence_probs(probs):
+    """A reward head's output as a sequence's (B, 2): a token judge's per-position (B, T, 2) averaged over
+    positions (its estimate of the natural share K/N); pooled outputs as they are."""
+    return probs.mean(dim=1) if probs.dim() == 3 else probs
+
+
 def softmax_entropy(logits):
     """Entropy (nats) of softmax(logits) over the last dim; a -inf logit (a masked token) has probability 0."""
     logp = F.log_softmax(logits, dim=-1)
@@ -470,16 +475,17 @@ def load_checkpoint(path, map_location='cpu'):
 
 @torch.no_grad()
 def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=None, ctx=None, temperature=1.0,
-                        per_window=False):
+                        per_window=False, max_tokens=0):
     """
     Mean next-token cross-entropy and perplexity of a generator over a whole token array, in contiguous
     non-overlapping windows of block_size (the last one may be shorter): every token but the first is predicted
     once. temperature scales the logits (the model as sampled at that temperature). Returns (mean_cross_entropy,
     perplexity), and with per_window=True also each window's mean cross-entropy (for paired comparisons).
+    max_tokens > 0: only the first max_tokens tokens (a cheaper estimate during training).
     """
     block_size = block_size or model.config.block_size
     device = device or next(model.parameters()).device
-    tokens = np.asarray(tokens)
+    tokens = np.asarray(tokens[:max_tokens] if max_tokens > 0 else tokens)
     n_pred = len(tokens) - 1
     assert n_pred >= 1, "need at least two tokens"
     was_training = model.training

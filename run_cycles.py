@@ -470,7 +470,7 @@ def collect(out, current):
         if f'reward_model_v{n}.pt' in have:
             c['rm'] = load_checkpoint(have[f'reward_model_v{n}.pt'])['metrics']
         if f'base_model_v{n + 1}.pt' in have:
-            c['grpo'] = load_checkpoint(have[f'base_model_v{n + 1}.pt'])['metrics']
+            c['trained'] = load_checkpoint(have[f'base_model_v{n + 1}.pt'])['metrics']  # GRPO's or SPIN's run
         if f'eval_mle_v{n + 1}.json' in have:
             c['mle'] = load_json(have[f'eval_mle_v{n + 1}.json'])[0]
         c['sweep'] = [versions[n - 1]] + (load_json(have[f'sweep_v{n}.json']) if f'sweep_v{n}.json' in have else [])
@@ -478,6 +478,14 @@ def collect(out, current):
             c['verdict'] = load_json(have[f'verdict_v{n}.json'])
         cycles.append(c)
     return versions, cycles
+
+
+def first_last(history, key):
+    """'first 10 → last 10': a logged figure's mean over a run's first and last 10 steps ('–' when not logged)."""
+    if not history or history[0].get(key) is None:
+        return '–'
+    mean = lambda rows: sum(x[key] for x in rows) / len(rows)  # noqa: E731
+    return f"{fmt(mean(history[:10]))} → {fmt(mean(history[-10:]))}"
 
 
 def point_row(label, e):
@@ -521,15 +529,10 @@ def write_report(out, C, current):
     lines += ['', '| cycle | judge test R² | judge boundary err | GRPO reward first 10 → last 10 steps | judge boundary '
               "err on each step's unseen rollouts, first 10 → last 10 | raw group std of rewards | saved policy KL | "
               'stopped by |', '|---|---|---|---|---|---|---|---|']
-
-    def first_last(h, key):
-        if not h or h[0].get(key) is None:
-            return '–'
-        return f"{fmt(sum(x[key] for x in h[:10]) / len(h[:10]))} → {fmt(sum(x[key] for x in h[-10:]) / len(h[-10:]))}"
     for c in cycles:
-        rm, g = c.get('rm', {}), c.get('grpo')
+        rm, g = c.get('rm', {}), c.get('trained')
         h = g['history'] if g else []
-        if h and 'reward' not in h[0]:  # a SPIN cycle: no separate judge; the model's own margin on held-out prompts
+        if g and C.trainer == 'spin':  # no separate judge; the model's own margin on held-out prompts
             lines.append(f"| {c['cycle']} (SPIN) | – | – | held-out margin (log π − log π_ref)(real − generated): "
                          f"{fmt(g['start']['heldout_margin'])} → {fmt(h[-1]['heldout_margin'])} | – | – | – | "
                          f"{g['stop_reason']} |")
@@ -541,8 +544,7 @@ def write_report(out, C, current):
     for c in cycles:
         n = c['cycle']
         lines += ['', f"## Cycle {n}: base v{n + 1} against its controls", ''] + POINT_HEADER
-        h = c.get('grpo', {}).get('history') or [{}]
-        lines.append(point_row(f"**base v{n + 1} ({'GRPO' if 'reward' in h[0] else 'SPIN'})**", c['arm']))
+        lines.append(point_row(f"**base v{n + 1} ({C.trainer.upper()})**", c['arm']))
         if 'mle' in c:
             lines.append(point_row(f"MLE control (base v{n} + next-token training)", c['mle']))
         for e in sorted(c['sweep'], key=lambda e: e['temperature']):
@@ -553,7 +555,8 @@ def write_report(out, C, current):
     if any(len(c['sweep']) > 1 for c in cycles):
         plot_quality_diversity(cycles, os.path.join(out, 'quality_diversity.png'))
         lines += ['![quality against diversity](quality_diversity.png)', '']
-    plot_grpo(cycles, os.path.join(out, 'grpo_curves.png'))
+    # SPIN's curves are in spin_v{n}_log.jsonl
+    plot_grpo(cycles if C.trainer == 'grpo' else [], os.path.join(out, 'grpo_curves.png'))
     lines += ['![GRPO curves](grpo_curves.png)', '']
     tmp = os.path.join(out, 'report.md.tmp')
     with open(tmp, 'w') as f:
@@ -599,9 +602,7 @@ def plot_grpo(cycles, png):
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for c in cycles:
-        h = c.get('grpo', {}).get('history', [])
-        if not h or 'reward' not in h[0]:  # SPIN: its curves are in spin_v{n}_log.jsonl
-            continue
+        h = c.get('trained', {}).get('history', [])
         axes[0].plot([x['reward'] for x in h], label=f"cycle {c['cycle']} reward")
         if h and h[0]['kl'] is not None:
             axes[1].plot([x['kl'] for x in h], label=f"cycle {c['cycle']} KL")

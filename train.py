@@ -193,8 +193,8 @@ def main(argv):
 
     def val_perplexity():
         val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-        val = val[:C.ppl_max_tokens] if C.ppl_max_tokens > 0 else val
-        return evaluate_perplexity(raw_model, val, C.block_size, batch_size=max(C.batch_size, 32), ctx=rt.ctx)[1]
+        return evaluate_perplexity(raw_model, val, C.block_size, batch_size=max(C.batch_size, 32), ctx=rt.ctx,
+                                   max_tokens=C.ppl_max_tokens)[1]
 
     def save(losses):
         save_checkpoint(os.path.join(C.out_dir, 'ckpt.pt'), raw_model, iter_num=iter_num, best_val_loss=best_val_loss,

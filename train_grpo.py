@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, softmax_entropy
+from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs, softmax_entropy
 from reward_data_config import TokenizationInfo
 from runtime import all_reduce_mean, broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
@@ -102,16 +102,23 @@ def group_advantages(rewards, group_size, scale='group'):
     within-group std: what 'group' scaling divides by, so a judge whose rewards barely differ is visible in the log).
     """
     groups = rewards.view(-1, group_size)
-    centered = groups - groups.mean(dim=1, keepdim=True)
+    centered = center_and_scale(groups, scale, rewards.std())
     zero_std = int((groups.std(dim=1) == 0).sum()) if group_size > 1 else groups.size(0)
-    if scale == 'group':
-        centered = centered / (groups.std(dim=1, keepdim=True).nan_to_num(0.0) + 1e-4)
-    elif scale == 'batch':
-        centered = centered / (rewards.std().nan_to_num(0.0) + 1e-4)
-    elif scale != 'none':
-        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
     group_std = float(groups.std(dim=1).nan_to_num(0.0).mean()) if group_size > 1 else 0.0
     return centered.reshape(-1), zero_std, group_std
+
+
+def center_and_scale(groups, scale, batch_std):
+    """groups (n_groups, group_size, ...) minus each group's mean, divided by the group's std + 1e-4 ('group'), by
+    batch_std + 1e-4 ('batch') or by nothing ('none')."""
+    centered = groups - groups.mean(dim=1, keepdim=True)
+    if scale == 'group':
+        return centered / (groups.std(dim=1, keepdim=True).nan_to_num(0.0) + 1e-4)
+    if scale == 'batch':
+        return centered / (batch_std.nan_to_num(0.0) + 1e-4)
+    if scale != 'none':
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale!r}")
+    return centered
 
 
 def token_advantages_of(token_rewards, positions_mask, group_size, discount, scale='group'):
@@ -127,19 +134,19 @@ def token_advantages_of(token_rewards, positions_mask, group_size, discount, sca
     for t in range(r.size(1) - 1, -1, -1):
         running = r[:, t] + discount * running
         returns[:, t] = running
-    groups = returns.view(-1, group_size, returns.size(1))
-    centered = groups - groups.mean(dim=1, keepdim=True)
-    if scale == 'group':
-        centered = centered / (groups.std(dim=1, keepdim=True).nan_to_num(0.0) + 1e-4)
-    elif scale == 'batch':
-        centered = centered / (returns[positions_mask.bool()].std().nan_to_num(0.0) + 1e-4)
+    centered = center_and_scale(returns.view(-1, group_size, returns.size(1)), scale,
+                                returns[positions_mask.bool()].std())
     return (centered.reshape_as(returns) * positions_mask)[:, 1:]
+
+
+def generated_positions(prompt_lengths, seq_len):
+    """(B, seq_len) mask of the positions a row's completion fills: position t iff t >= its prompt length P."""
+    return (torch.arange(seq_len, device=prompt_lengths.device)[None, :] >= prompt_lengths[:, None]).float()
 
 
 def completion_mask(prompt_lengths, seq_len):
     """(B, seq_len - 1) mask over next-token targets: target j (token j + 1) is a completion token iff j + 1 >= P."""
-    targets = torch.arange(1, seq_len, device=prompt_lengths.device)
-    return (targets[None, :] >= prompt_lengths[:, None]).float()
+    return generated_positions(prompt_lengths, seq_len)[:, 1:]
 
 
 def token_logprobs(model, seqs, temperature, entropy=False, chunk=8):
@@ -345,8 +352,7 @@ def main(argv):
         open(log_path, 'w').close()
 
     def val_ppl():
-        tokens = val[:C.ppl_max_tokens] if C.ppl_max_tokens else val
-        return evaluate_perplexity(policy, tokens, N, batch_size=32, ctx=rt.ctx)[1]
+        return evaluate_perplexity(policy, val, N, batch_size=32, ctx=rt.ctx, max_tokens=C.ppl_max_tokens)[1]
 
     def save(step, stop_reason, **final):
         save_checkpoint(C.out_path, policy, iter_num=step, best_val_loss=None, config=vars(C),
@@ -389,19 +395,18 @@ def main(argv):
         # 2. rewards and advantages; the judge's figures on these rollouts, which it has not seen yet
         with torch.no_grad(), rt.ctx:
             feats = reward_model.reward_features(seqs)
-            judged = reward_model.reward_head(feats)[..., 0].float()  # P(natural): (B,), or (B, N) by position
-        generated = (torch.arange(N, device=rt.device)[None, :] >= lengths_t[:, None]).float()
-        if judged.dim() == 2:  # a token judge: the completion's mean; the whole sequence's mean estimates K/N
-            rewards, p_natural = (judged * generated).sum(1) / generated.sum(1), judged.mean(1)
-        else:
-            rewards = p_natural = judged
+            probs = reward_model.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
+        generated = generated_positions(lengths_t, N)
+        judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
+        # a token judge rewards the completion's own positions; a pooled judge's one figure is the reward
+        rewards = (judged * generated).sum(1) / generated.sum(1) if judged.dim() == 2 else p_natural
         advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
         if C.token_advantages:
             advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards)
         natural_share = lengths_t.float() / N  # the crossover label of a rollout: K = its prompt length
         judge_fresh = reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), N,
                                      float(natural_share.mean()))
-        mask = completion_mask(lengths_t, N)
+        mask = generated[:, 1:]  # completion_mask: the completion's next-token targets
         with torch.no_grad(), rt.ctx:
             ref_logps = token_logprobs(reference, seqs, C.temperature)[0] if reference is not None else None
         t2 = time.time()

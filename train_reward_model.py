@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, update_checkpoint
+from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, sequence_probs, update_checkpoint
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
 
@@ -193,7 +193,7 @@ def main(argv):
         for i in range(0, len(rows), C.feature_batch_size):
             probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + C.feature_batch_size], False)
             losses += judge_loss(probs, y, C.loss).item() * len(y)
-            p.append((probs.mean(dim=1) if probs.dim() == 3 else probs)[:, 0].cpu().numpy())
+            p.append(sequence_probs(probs)[:, 0].cpu().numpy())
         model.train(train_mode)
         return losses / len(rows), reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
 

@@ -150,10 +150,9 @@ def main(argv):
     def heldout():
         with rt.ctx:
             real, generated, _ = pair_logprobs(policy, eval_real, eval_gen, eval_mask)
-        tokens = val[:C.ppl_max_tokens] if C.ppl_max_tokens else val
         return dict(heldout_margin=float(((real - eval_ref[0]) - (generated - eval_ref[1])).mean()),
                     heldout_logp_real=float(real.mean()), heldout_logp_generated=float(generated.mean()),
-                    val_ppl=evaluate_perplexity(policy, tokens, N, batch_size=32, ctx=rt.ctx)[1])
+                    val_ppl=evaluate_perplexity(policy, val, N, ctx=rt.ctx, max_tokens=C.ppl_max_tokens)[1])
 
     # compute of one step: the opponent's generation, the reference's and the policy's passes over both rows
     flops_per_step = n_rows * rt.world_size * N * (policy.flops_per_token() + 2 * reference.flops_per_token()

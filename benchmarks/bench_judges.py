@@ -27,6 +27,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
+from run_cycles import first_last  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
 from train_reward_model import reward_metrics  # noqa: E402
 
@@ -52,11 +53,6 @@ def judge_quality(judge_path, data_dir):
     p = np.concatenate([judge(torch.from_numpy(ds.x[rows[i:i + 256]].astype(np.int64)))[0][:, 0].numpy()
                         for i in range(0, len(rows), 256)])
     return reward_metrics(p, ds.y[rows, 0], ds.block_size, float(np.mean(RewardDataset(data_dir, 'train').y[:, 0])))
-
-
-def first_last(history, key):
-    v = [h[key] for h in history]
-    return f"{np.mean(v[:10]):.3f} → {np.mean(v[-10:]):.3f}"
 
 
 def arm_row(name, out, run, e):
