@@ -27,7 +27,8 @@ from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, TokenizationInfo, format_problems
 from runtime import setup_runtime
 
-FORMAT_VERSION = 2  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin
+FORMAT_VERSION = 3  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin; 3: the natural
+# blocks themselves in {split}_natural.bin, each sample's natural counterpart (pairwise judges)
 MAX_ATTEMPTS = 3
 
 
@@ -118,11 +119,13 @@ def labels_for(K, N):
     return np.stack([k / N, (N - k) / N], axis=1).astype(np.float32)
 
 
-def write_split(out_dir, split, x, y, meta, block_offsets=None):
+def write_split(out_dir, split, x, y, meta, block_offsets=None, natural=None):
     x.tofile(os.path.join(out_dir, f'{split}_x.bin'))
     y.tofile(os.path.join(out_dir, f'{split}_y.bin'))
     if block_offsets is not None:  # sample s comes from the block at token offset block_offsets[s // samples_per_chunk]
         np.asarray(block_offsets, dtype=np.int64).tofile(os.path.join(out_dir, f'{split}_block_offsets.bin'))
+    if natural is not None:  # the blocks themselves: sample s's prefix with the corpus' own continuation
+        np.asarray(natural, dtype=np.uint16).tofile(os.path.join(out_dir, f'{split}_natural.bin'))
     meta = dict(num_samples=len(x), block_size=x.shape[1], x_shape=f"({x.shape[0]}, {x.shape[1]})",
                 y_shape=f"({y.shape[0]}, 2)", x_dtype='uint16', y_dtype='float32', **meta)
     with open(os.path.join(out_dir, f'{split}_metadata.txt'), 'w') as f:
@@ -176,7 +179,8 @@ def main(argv):
             write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks),
                                                    blocks_in_split=n_total, block_selection=drawn,
                                                    block_offsets_file=f'{split}_block_offsets.bin',
-                                                   flops=model.flops_per_token() * len(x) * N), offsets)
+                                                   natural_file=f'{split}_natural.bin',
+                                                   flops=model.flops_per_token() * len(x) * N), offsets, blocks)
             generated = int((N - K).sum())
             summary.append((split, len(blocks), len(x), generated, time.time() - t_split, y[:, 0].mean()))
     if rt.ddp:

@@ -53,6 +53,14 @@ class RewardDataset(Dataset):
             expected_info.check_compatible(self.tokenization, 'the model', f'the reward dataset {data_dir}')
         self.x = np.memmap(paths['x.bin'], dtype=np.uint16, mode='r', shape=(self.num_samples, self.block_size))
         self.y = np.memmap(paths['y.bin'], dtype=np.float32, mode='r', shape=(self.num_samples, 2))
+        self.samples_per_chunk = int(self.metadata.get('samples_per_chunk', 1))
+        natural = os.path.join(data_dir, f'{split}_natural.bin')  # format 3: each sample's natural block
+        self.natural = np.memmap(natural, dtype=np.uint16, mode='r').reshape(-1, self.block_size) \
+            if os.path.exists(natural) else None
+        blocks = -(-self.num_samples // self.samples_per_chunk)
+        if self.natural is not None and len(self.natural) != blocks:
+            raise ValueError(f"{natural} holds {len(self.natural)} blocks, but {self.num_samples} samples of "
+                             f"{self.samples_per_chunk} per block need {blocks}: {CREATE_HINT.format(data_dir)}")
 
     def __len__(self):
         return self.num_samples
@@ -60,13 +68,20 @@ class RewardDataset(Dataset):
     def __getitem__(self, i):
         return torch.from_numpy(self.x[i].astype(np.int64)), torch.from_numpy(np.array(self.y[i]))
 
+    def natural_of(self, rows):
+        """The natural block each of these samples was cut from: its prefix with the corpus' own continuation, the
+        other half of a pairwise judge's pair."""
+        if self.natural is None:
+            raise ValueError(f"{self.data_dir} has no {self.split}_natural.bin (reward data of format 3 and later "
+                             f"keep each sample's natural block): {CREATE_HINT.format(self.data_dir)}")
+        return self.natural[np.asarray(rows) // self.samples_per_chunk]
+
     def selection_and_test_rows(self):
         """
         The val split cut in two for honest figures: rows of even blocks select (early stopping, the best checkpoint),
         rows of odd blocks report. All samples of one natural block share its prefix, so they stay on one side.
         """
-        spc = int(self.metadata.get('samples_per_chunk', 1))
-        block = np.arange(self.num_samples) // spc
+        block = np.arange(self.num_samples) // self.samples_per_chunk
         select, test = np.flatnonzero(block % 2 == 0), np.flatnonzero(block % 2 == 1)
         if len(test) == 0:
             raise ValueError(f"{self.data_dir} has {self.num_samples} val samples from one block: selection and test "

@@ -64,6 +64,7 @@ reward_unfreeze_layers = 0  # the seed's recipe freezes the trunk; see docs/rewa
 reward_learning_rate = 1e-3
 reward_batch_size = 64
 reward_eval_interval = 100
+reward_loss = 'mse'  # 'pairwise': a relative judge, natural block vs its crossover sample (Bradley-Terry)
 reward_trunk_path = ''  # '' = each cycle's base; or a generator checkpoint (same tokenization) whose trunk the judge reads
 # GRPO
 grpo_max_steps = 60
@@ -79,8 +80,9 @@ grpo_judge_update_interval = 0  # 0: the judge stays frozen during GRPO (the see
 grpo_judge_steps = 4
 grpo_judge_learning_rate = 1e-3
 grpo_judge_replay = 8
-grpo_seed = 0  # 0: GRPO of cycle n is seeded seed + n, as every stage of the cycle; s: s + n (repeat an arm)
 grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
+grpo_nll_weight = 0.0  # real text in GRPO's loss: this weight times the next-token loss of its prompts' continuations
+trainer_seed = 0  # 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: s + n (repeats)
 # SPIN (trainer='spin'; train_spin.py)
 spin_max_steps = 60
 spin_batch_size = 16
@@ -286,7 +288,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
             f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
             f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
             f'--seed={seed}'] + (online if C.grpo_judge_update_interval else []) \
-        + (['--token_advantages=True'] if C.grpo_token_advantages else [])
+        + (['--token_advantages=True'] if C.grpo_token_advantages else []) \
+        + ([f'--nll_weight={C.grpo_nll_weight}'] if C.grpo_nll_weight else [])
 
 
 def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
@@ -339,7 +342,8 @@ def main(argv):
     reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
                      f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
                      f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
-                     f'--eval_interval={C.reward_eval_interval}']
+                     f'--eval_interval={C.reward_eval_interval}'] \
+        + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else [])  # the seed's judge keeps its manifests
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
                   f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', '--beta2=0.99', '--eval_iters=20',
                   '--log_interval=100', '--ppl_max_tokens=50000', f'--compile={C.compile}', f'--device={C.device}']
@@ -378,11 +382,14 @@ def main(argv):
         if C.trainer == 'spin':
             earlier = [path(f'base_model_v{k}.pt') for k in range(1, n)] if C.spin_opponent_mix else []
             script_stage(f'cycle {n}: SPIN -> base v{n + 1}', [new, path(f'spin_v{n}_log.jsonl')],
-                         [base, *earlier] + data_files, spin_cmd(C, base, earlier, data_dir, 'PARTIAL', C.seed + n),
+                         [base, *earlier] + data_files,
+                         spin_cmd(C, base, earlier, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n),
                          f'spin_v{n}.log', after=lambda partials: shutil.move(
                              os.path.splitext(partials[0])[0] + '_log.jsonl', partials[1]))
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log')
         else:
+            if C.reward_loss == 'pairwise' and os.path.isdir(rd) and not os.path.isfile(f'{rd}/val_natural.bin'):
+                shutil.rmtree(rd)  # written before reward data kept each sample's natural block: rebuilt with them
             script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
                          reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
                                          C.seed + n, C.device, C.sample_temperature, C.sample_top_k),
@@ -399,7 +406,7 @@ def main(argv):
             grpo_outputs = [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')]
             grpo_outputs += [path(f'grpo_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
             script_stage(f'cycle {n}: GRPO -> base v{n + 1}', grpo_outputs, [base, rm] + data_files,
-                         grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.grpo_seed or C.seed) + n),
+                         grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n),
                          f'grpo_v{n}.log', after=move_grpo_extras)
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
                            extra=['--reward_model', rm], inputs=[rm])
@@ -586,7 +593,7 @@ def plot_quality_diversity(cycles, png):
             for e in sweep:
                 ax.annotate(f"T={e['temperature']}", (e[x], e[y]), textcoords='offset points', xytext=(4, 4),
                             fontsize=8)
-            for e, label, marker in ((c['arm'], f"base v{c['cycle'] + 1} (GRPO)", 's'),
+            for e, label, marker in ((c['arm'], f"base v{c['cycle'] + 1} (the cycle's)", 's'),
                                      (c.get('mle'), 'MLE control', '^')):
                 if e:
                     ax.errorbar([e[x]], [e[y]], yerr=[e.get(y + '_sd', 0)] if err else None, marker=marker,

@@ -13,12 +13,18 @@ A rollout is a crossover sample with K = P (natural prompt, generated tail), lab
 labels it, so every step also measures the judge on samples it has never seen (judge_r2, judge_boundary_error in
 the log). With judge_update_interval=k the judge keeps up (GAD, TextGAIL): every k steps its head takes judge_steps
 optimizer steps on the latest rollouts and a replay of earlier steps' (its trunk stays frozen, so the features the
-scoring pass computed are all it needs); the final judge is saved beside the policy as *_judge.pt.
+scoring pass computed are all it needs); the final judge is saved beside the policy as *_judge.pt. A pairwise judge
+(train_reward_model.py --loss=pairwise) is also scored against each prompt's natural window: how often it ranks
+that window above the rollout is logged (judge_pair_accuracy), and online it learns from those pairs.
 
 A token judge (reward_pooling='token') scores each completion by its mean P(natural) over the completion's
 positions; with token_advantages=True each completion token gets its own advantage instead: the discounted sum of
 the judge's per-token P(natural) from that token on (token_discount; ScratchGAN's per-step rewards), normalised
 position by position within the group.
+
+With nll_weight > 0 real text stays in the loss: each update adds that weight times the next-token loss of the
+corpus' own continuation of each step's prompts (the natural windows the prompts were cut from), the pull towards
+the corpus that TextGAIL gets from human text in its buffer and SPIN from its NLL term.
 """
 
 import copy
@@ -39,7 +45,7 @@ from reward_data_config import TokenizationInfo
 from runtime import all_reduce_mean, broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 from train import resolve_data_dir
-from train_reward_model import judge_loss, reward_metrics
+from train_reward_model import judge_loss, pair_accuracy, pairwise_loss, reward_metrics
 
 # -----------------------------------------------------------------------------
 policy_path = ''  # the generator to improve (also the frozen reference)
@@ -71,7 +77,7 @@ beta2 = 0.99
 grad_clip = 1.0
 warmup_steps = 10
 # stopping
-reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this
+reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this (not for a pairwise judge)
 reward_window = 10  # steps in that moving average
 patience = 0  # steps without the moving average improving by min_delta (0 disables)
 min_delta = 0.0
@@ -82,6 +88,9 @@ judge_steps = 4  # judge optimizer steps per update
 judge_learning_rate = 1e-3
 judge_batch_size = 64
 judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the judge keeps what it caught before
+# real text in the loss (TextGAIL keeps human text in its RL buffer; SPIN's fix for falling likelihoods): this weight
+# times the next-token loss of the corpus' own continuation of each step's prompts (0: the seed's pure GRPO)
+nll_weight = 0.0
 # evaluation
 eval_interval = 20
 ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
@@ -206,14 +215,19 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
 
 
 def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
-    """steps optimizer steps of the judge's head on minibatches of the replay buffer ((features, labels) of the
-    latest and earlier rollouts); gradients averaged over ranks. Returns the mean loss."""
-    feats = torch.cat([f for f, _ in replay])
-    labels = torch.cat([y for _, y in replay])
+    """steps optimizer steps of the judge's head on minibatches of the replay buffer ((features, labels, and for a
+    pairwise judge the features of each rollout's natural window) of the latest and earlier rollouts); gradients
+    averaged over ranks. Returns the mean loss."""
+    feats, labels = torch.cat([r[0] for r in replay]), torch.cat([r[1] for r in replay])
+    natural = torch.cat([r[2] for r in replay]) if loss_kind == 'pairwise' else None
     losses = []
     for _ in range(steps):
         rows = torch.randint(len(feats), (batch_size,), generator=gen).to(feats.device)
-        loss = judge_loss(head(feats[rows]), labels[rows], loss_kind)
+        if natural is not None:  # each rollout against its prompt's natural window, through one forward
+            out = head(torch.cat([feats[rows], natural[rows]]))
+            loss = pairwise_loss(out[batch_size:], out[:batch_size])
+        else:
+            loss = judge_loss(head(feats[rows]), labels[rows], loss_kind)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if rt.ddp:
@@ -253,10 +267,11 @@ def sample_windows(train, n, lo, hi, block_size, rng):
 
 
 def sample_prompts(train, n, lo, hi, block_size, rng):
-    """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi)."""
+    """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi), their lengths,
+    and the natural windows they were cut from (the corpus' own continuation of each prompt)."""
     windows, lengths = sample_windows(train, n, lo, hi, block_size, rng)
     prompts = np.where(np.arange(hi)[None, :] < lengths[:, None], windows[:, :hi], 0)
-    return prompts, lengths
+    return prompts, lengths, windows
 
 
 def plot_history(history, path):
@@ -371,6 +386,9 @@ def main(argv):
     flops_per_step = rows * N * (policy.flops_per_token() + reward_model.flops_per_token()
                                  + (reference.flops_per_token() if reference is not None else 0)
                                  + C.num_iterations * policy.flops_per_token(backward=True))
+    flops_per_step += (C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
+                       if C.nll_weight else 0)  # the natural continuations' forward and backward
+    flops_per_step += C.prompts_per_step * N * reward_model.flops_per_token() if judge_loss_kind == 'pairwise' else 0
     ppl_tokens = 'whole val split' if not C.ppl_max_tokens else f'first {min(C.ppl_max_tokens, len(val)):,} val tokens'
 
     history, reward_ma = [], deque(maxlen=C.reward_window)
@@ -386,7 +404,7 @@ def main(argv):
         lr = warmup_lr(optimizer, C.learning_rate, C.warmup_steps, step)
         # 1. rollouts: G completions per prompt, all rows advancing together in one cached batch
         t0 = time.time()
-        prompts, lengths = sample_prompts(train, n_prompts, C.min_prompt_len, hi, N, rng)
+        prompts, lengths, windows = sample_prompts(train, n_prompts, C.min_prompt_len, hi, N, rng)
         prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
         lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
         with rt.ctx:
@@ -407,13 +425,20 @@ def main(argv):
         judge_fresh = reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), N,
                                      float(natural_share.mean()))
         mask = generated[:, 1:]  # completion_mask: the completion's next-token targets
+        real = torch.from_numpy(windows).to(rt.device)
+        real_mask = completion_mask(torch.from_numpy(lengths).to(rt.device), N)
+        if judge_loss_kind == 'pairwise':  # a pairwise judge: each rollout's natural window, its pair's other half
+            with torch.no_grad(), rt.ctx:
+                real_feats = reward_model.reward_features(real).float().repeat_interleave(C.num_generations, 0)
+            pair_acc = pair_accuracy(reward_model.reward_head(real_feats), probs)
         with torch.no_grad(), rt.ctx:
             ref_logps = token_logprobs(reference, seqs, C.temperature)[0] if reference is not None else None
         t2 = time.time()
         # 3. mu optimizer passes over these rollouts; the first pass fixes the rollout log-probs (ratio exactly 1)
         # the policy that made these rollouts, kept while its KL is under the cap
         pre_update = {k: v.detach().clone() for k, v in policy.state_dict().items()} if C.max_kl else None
-        old_logps, stats = None, {}  # the policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout)
+        # the policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout)
+        old_logps, stats, nll = None, {}, None
         for _ in range(C.num_iterations):
             with rt.ctx:
                 logps, token_entropy = token_logprobs(trained, seqs, C.temperature, entropy=old_logps is None)
@@ -426,11 +451,17 @@ def main(argv):
             stats['clip_ratio'] = pass_stats['clip_ratio']
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if C.nll_weight:  # its own forward and backward: DDP allows one forward per backward
+                with rt.ctx:
+                    real_logps = token_logprobs(trained, real, 1.0)[0]
+                nll = -(real_logps * real_mask).sum() / real_mask.sum()
+                (C.nll_weight * nll).backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), C.grad_clip or float('inf')).item()
             optimizer.step()
         judge_loss = None
         if C.judge_update_interval:
-            replay.append((feats.float().detach(), torch.stack([natural_share, 1 - natural_share], dim=1)))
+            replay.append((feats.float().detach(), torch.stack([natural_share, 1 - natural_share], dim=1),
+                           real_feats if judge_loss_kind == 'pairwise' else None))
             if (step + 1) % C.judge_update_interval == 0:
                 judge_loss = judge_update(reward_model.reward_head, judge_opt, replay, C.judge_steps,
                                           C.judge_batch_size, judge_loss_kind, judge_gen, rt)
@@ -445,7 +476,9 @@ def main(argv):
                    grad_norm=grad_norm, loss=loss.item(), lr=lr,
                    completion_length=float(N - lengths.mean()), time_generation=t1 - t0, time_scoring=t2 - t1,
                    time_update=t3 - t2, judge_r2=all_reduce_mean(judge_fresh['r2'], rt),
-                   judge_boundary_error=all_reduce_mean(judge_fresh['boundary_error'], rt), judge_loss=judge_loss)
+                   judge_boundary_error=all_reduce_mean(judge_fresh['boundary_error'], rt), judge_loss=judge_loss,
+                   nll=None if nll is None else all_reduce_mean(nll.item(), rt),
+                   judge_pair_accuracy=all_reduce_mean(pair_acc, rt) if judge_loss_kind == 'pairwise' else None)
         history.append(row)
         reward_ma.append(row['reward'])
         stop = False
@@ -457,7 +490,8 @@ def main(argv):
             else:
                 last_ok_state, last_ok_step = pre_update, step
                 ma = sum(reward_ma) / len(reward_ma)
-                if len(reward_ma) == C.reward_window and ma >= C.reward_threshold:
+                # Bradley-Terry fixes only differences of a pairwise judge's scores: its level says nothing
+                if len(reward_ma) == C.reward_window and ma >= C.reward_threshold and judge_loss_kind != 'pairwise':
                     stop, stop_reason = True, f"reward_threshold: moving average {ma:.4f} >= {C.reward_threshold}"
                 elif len(reward_ma) == C.reward_window:
                     stopper.step(ma)

@@ -3,7 +3,9 @@ Train the reward model: the base GPT's trunk (frozen by default) under a fresh M
 [P(natural), P(synthetic)] of a sequence from its last token's final hidden state (or, with
 reward_pooling='mean', the mean of the final hidden states over all positions). reward_pooling='token' judges every
 position: trained on per-position labels (position t is natural iff t < K), its sequence P(natural) is the mean
-over positions, so its figures compare with the other judges' one for one.
+over positions, so its figures compare with the other judges' one for one. loss='pairwise' trains a relative judge
+(GAD, TextGAIL): for each crossover sample and the natural block it was cut from (one prefix, the generated and the
+corpus' own continuation), the Bradley-Terry loss -log sigma(D(natural) - D(sample)), D = log P(natural)/P(synthetic).
 
   python train_reward_model.py [config/train_reward_*.py] --model_path=BASE.pt --data_dir=REWARD_DATA --out_path=RM.pt
 
@@ -37,7 +39,7 @@ init_from = 'base'  # 'base' (fresh head on model_path's trunk) or 'resume' (con
 reward_head_hidden_dim = 256
 reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design), 'mean' over positions, 'token'
 unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f
-loss = 'mse'  # 'mse' or 'ce' (cross-entropy against the soft label)
+loss = 'mse'  # 'mse', 'ce' (cross-entropy against the soft label) or 'pairwise' (Bradley-Terry, natural vs sample)
 batch_size = 64
 learning_rate = 1e-3
 weight_decay = 0.0
@@ -78,6 +80,22 @@ def judge_loss(probs, y, kind):
     if probs.dim() == 3:
         return loss_fn(probs.reshape(-1, 2), crossover_targets(y, probs.size(1)).reshape(-1, 2), kind)
     return loss_fn(probs, y, kind)
+
+
+def judge_score(probs):
+    """A judge's score D = log P(natural) - log P(synthetic) of each sequence (a token judge's averaged probs)."""
+    p = sequence_probs(probs).float().clamp_min(1e-8)
+    return p[:, 0].log() - p[:, 1].log()
+
+
+def pairwise_loss(natural_probs, sample_probs):
+    """Bradley-Terry: -log sigma(D(natural) - D(sample)), averaged over pairs."""
+    return -F.logsigmoid(judge_score(natural_probs) - judge_score(sample_probs)).mean()
+
+
+def pair_accuracy(natural_probs, sample_probs):
+    """How often the judge ranks the natural block above its crossover sample (a tie counts half)."""
+    return float(((judge_score(natural_probs) - judge_score(sample_probs)).sign().mean() + 1) / 2)
 
 
 def freeze_trunk(model, unfreeze_layers):
@@ -122,8 +140,8 @@ def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
 
 def main(argv):
     C = configure(DEFAULTS, argv)
-    if C.loss not in ('mse', 'ce'):
-        raise UserError(f"loss must be 'mse' or 'ce', got {C.loss!r}")
+    if C.loss not in ('mse', 'ce', 'pairwise'):
+        raise UserError(f"loss must be 'mse', 'ce' or 'pairwise', got {C.loss!r}")
     if C.init_from not in ('base', 'resume'):
         raise UserError(f"init_from must be 'base' or 'resume', got {C.init_from!r}")
     if C.init_from == 'base' and not C.model_path:
@@ -137,6 +155,11 @@ def main(argv):
     train_ds = RewardDataset(C.data_dir, 'train', tokenization or None)
     val_ds = RewardDataset(C.data_dir, 'val', tokenization or None)
     N = train_ds.block_size
+    pairwise = C.loss == 'pairwise'
+    if pairwise and train_ds.natural is None:
+        raise UserError(f"loss='pairwise' needs each sample's natural block, which {C.data_dir} (format "
+                        f"{train_ds.metadata.get('format_version', '1')}) lacks: re-create it with "
+                        f"prepare_reward_data.py")
     if N > src['model_args']['block_size']:
         raise UserError(f"reward data block size {N} exceeds the model's {src['model_args']['block_size']}")
     if not 0 <= C.unfreeze_layers <= src['model_args']['n_layer']:
@@ -160,42 +183,64 @@ def main(argv):
     src = None
 
     t0 = time.time()
+    natural_feats = {}  # split -> cached features of its natural blocks (pairs)
     flops = 0  # compute spent (model.flops_per_token), recorded in the checkpoint for the cycle's compute matching
     if cached:
         model.eval()
         train_feats = compute_features(model, train_ds.x, C.feature_batch_size, rt, 'features (train)')
         val_feats = compute_features(model, val_ds.x, C.feature_batch_size, rt, 'features (val)')
         flops += model.flops_per_token() * (len(train_ds) + len(val_ds)) * N
+        for ds, wanted in ((train_ds, pairwise), (val_ds, val_ds.natural is not None)):
+            if wanted:  # the natural blocks' features: the other half of each pair
+                natural_feats[ds.split] = compute_features(model, ds.natural, C.feature_batch_size, rt,
+                                                           f'features ({ds.split}, natural)')
+                flops += model.flops_per_token() * len(ds.natural) * N
         if rt.master:
             print(f"cached features of {len(train_ds)} + {len(val_ds)} samples in {time.time() - t0:.1f}s")
     train_module = model.reward_head if cached else model
     trained = DDP(train_module) if rt.ddp else train_module
     baseline_mean = float(np.mean(train_ds.y[:, 0]))
 
-    def predict(ds, feats, rows, training):
-        """(probs, labels) for the given rows: the head on cached features, or the full forward."""
+    def predict(ds, feats, rows, training, pairs=False):
+        """(probs, the natural blocks' probs with pairs=True else None, labels) for the given rows: the head on
+        cached features, or the full forward; a pair goes through one forward (DDP allows one per backward)."""
         nonlocal flops
         rows = np.sort(np.asarray(rows))
         y = torch.from_numpy(np.array(ds.y[rows])).to(rt.device)
         module = trained if training else train_module
         if cached:
-            return module(feats[torch.from_numpy(rows).to(rt.device)]), y
-        x = torch.from_numpy(ds.x[rows].astype(np.int64)).to(rt.device)
-        flops += model.flops_per_token(backward=training) * len(rows) * N * (rt.world_size if training else 1)
-        with rt.ctx:
-            return module(x, per_token=True)[0].float(), y
+            inputs = feats[torch.from_numpy(rows).to(rt.device)]
+            if pairs:
+                blocks = torch.from_numpy(rows // ds.samples_per_chunk).to(rt.device)
+                inputs = torch.cat([inputs, natural_feats[ds.split][blocks]])
+            out = module(inputs)
+        else:
+            x = np.concatenate([ds.x[rows], ds.natural_of(rows)]) if pairs else ds.x[rows]
+            x = torch.from_numpy(x.astype(np.int64)).to(rt.device)
+            flops += model.flops_per_token(backward=training) * len(x) * N * (rt.world_size if training else 1)
+            with rt.ctx:
+                out = module(x, per_token=True)[0].float()
+        return out[:len(rows)], (out[len(rows):] if pairs else None), y
+
+    def loss_of(probs, natural_probs, y):
+        return pairwise_loss(natural_probs, probs) if pairwise else judge_loss(probs, y, C.loss)
 
     @torch.no_grad()
     def evaluate(rows):
         """Loss and metrics on the given val rows (the selection or the test half)."""
         model.eval()
-        p, losses = [], 0.0
+        p, losses, wins = [], 0.0, 0.0
         for i in range(0, len(rows), C.feature_batch_size):
-            probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + C.feature_batch_size], False)
-            losses += judge_loss(probs, y, C.loss).item() * len(y)
+            probs, natural_probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + C.feature_batch_size],
+                                              False, pairs=val_ds.natural is not None)
+            losses += loss_of(probs, natural_probs, y).item() * len(y)
             p.append(sequence_probs(probs)[:, 0].cpu().numpy())
+            wins += pair_accuracy(natural_probs, probs) * len(y) if natural_probs is not None else 0.0
         model.train(train_mode)
-        return losses / len(rows), reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
+        m = reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
+        if val_ds.natural is not None:  # every judge, pointwise or not, ranks each sample against its natural block
+            m['pair_accuracy'] = wins / len(rows)
+        return losses / len(rows), m
 
     select_rows, test_rows = val_ds.selection_and_test_rows()
     best_metrics, stop_reason = None, 'max_iters'
@@ -206,7 +251,8 @@ def main(argv):
         nonlocal best_val, best_metrics
         val_loss, m = evaluate(select_rows)
         tqdm.write(f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
-                   f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens")
+                   f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens"
+                   + (f" | pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else ''))
         stopper.step(val_loss)
         if val_loss < best_val:
             best_val, best_metrics = val_loss, evaluate(test_rows)[1]
@@ -235,8 +281,8 @@ def main(argv):
         if broadcast_stop(done_by is not None, rt):
             break
         rows = perm[(step * rt.world_size + rt.rank) * C.batch_size:][:C.batch_size]
-        probs, y = predict(train_ds, train_feats if cached else None, rows, True)
-        loss_t = judge_loss(probs, y, C.loss)
+        probs, natural_probs, y = predict(train_ds, train_feats if cached else None, rows, True, pairs=pairwise)
+        loss_t = loss_of(probs, natural_probs, y)
         optimizer.zero_grad(set_to_none=True)
         loss_t.backward()
         if C.grad_clip:
@@ -259,8 +305,9 @@ def main(argv):
             m = best_metrics
             print(f"test half of val ({len(test_rows)} samples; the checkpoint was selected on the other "
                   f"{len(select_rows)}): mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, "
-                  f"R2 {m['r2']:.4f}, MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens; "
-                  f"saved {C.out_path}")
+                  f"R2 {m['r2']:.4f}, MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens"
+                  + (f", pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else '')
+                  + f"; saved {C.out_path}")
     rt.close()
 
 

@@ -17,12 +17,17 @@ base_learning_rate = 6e-5
 base_eval_interval = 50
 base_patience = 3
 
-# judges: the GPT-2 trunk, mean-pooled, on 600 blocks of 256 tokens per split (val holds 644), 4 crossovers each
+# judges: the GPT-2 trunk on 600 blocks of 256 tokens per split (val holds 644), 4 crossovers each. The arm of the
+# default CPU run (docs/arms.md): a token-level judge, trained online on the policy's rollouts, and real text in
+# GRPO's loss. Cached per-position features: 2,400 x 256 x 768 floats = 1.9 GB per split; the online judge's replay
+# of 9 steps of 256 rollouts another 1.8 GB
 reward_max_blocks = 600
 reward_samples_per_chunk = 4
 reward_max_iters = 3000
-reward_pooling = 'mean'
+reward_pooling = 'token'
 reward_batch_size = 64
+grpo_judge_update_interval = 1
+grpo_nll_weight = 1.0
 
 grpo_max_steps = 300
 grpo_prompts_per_step = 32

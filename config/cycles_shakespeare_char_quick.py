@@ -7,7 +7,9 @@ num_cycles = 1
 base_max_iters = 300
 
 reward_max_blocks = 300
-reward_pooling = 'mean'
+reward_pooling = 'token'  # the default arm: online token-level judge, real text in GRPO's loss (docs/arms.md)
+grpo_judge_update_interval = 1
+grpo_nll_weight = 1.0
 
 grpo_max_steps = 30
 grpo_learning_rate = 1e-4

@@ -94,10 +94,12 @@ def test_ratio_one_on_first_pass_and_clip_counting():
 
 def test_prompts_come_from_the_train_split():
     train = np.arange(1000, dtype=np.uint16)
-    prompts, lengths = sample_prompts(train, 50, 1, 8, 16, np.random.default_rng(0))
+    prompts, lengths, windows = sample_prompts(train, 50, 1, 8, 16, np.random.default_rng(0))
     assert lengths.min() >= 1 and lengths.max() <= 8 and prompts.shape == (50, 8)
     for p, L in zip(prompts, lengths):
         assert np.array_equal(np.diff(p[:L]), np.ones(L - 1))  # a contiguous window of the split
+    assert windows.shape == (50, 16) and np.array_equal(windows[:, :8] * (prompts > 0), prompts)
+    assert (np.diff(windows, axis=1) == 1).all()  # each prompt's natural continuation, from the same offset
 
 
 @pytest.fixture(scope='module')
@@ -313,3 +315,41 @@ def test_grpo_with_a_token_judge(tmp_path, char_ckpt, char_data, char_reward, kn
     r = run_script(*args[:2], f'--reward_model_path={d / "rm.pt"}', *args[3:], f'--out_path={tmp_path / "q.pt"}',
                    '--token_advantages=True')
     assert r.returncode == 2 and 'token judge' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_nll_term_pulls_the_policy_to_the_corpus(judge_case):
+    """Against the blind judge every reward is 0.5, so every advantage is 0 and GRPO alone leaves the policy where it
+    is (the KL's gradient is 0 at the reference); the NLL term on the prompts' natural continuations is then the only
+    force, and held-out perplexity of the nearly uniform generator falls. Its loss is logged and its compute counted."""
+    d = judge_case
+    pure = grpo_judge_run(d, 'pure.pt', '--learning_rate=3e-3', '--max_steps=15', '--eval_interval=15')
+    real = grpo_judge_run(d, 'real.pt', '--learning_rate=3e-3', '--max_steps=15', '--eval_interval=15',
+                          '--nll_weight=1.0')
+    start = load_checkpoint(str(d / 'pure.pt'))['metrics']['val_ppl_start']
+    assert abs(pure[-1]['val_ppl'] - start) < 1e-3 * start and all(h['nll'] is None for h in pure)
+    assert real[-1]['val_ppl'] < 0.9 * start
+    assert all(h['nll'] > 0 for h in real) and np.mean([h['nll'] for h in real[-5:]]) < real[0]['nll']
+    assert load_checkpoint(str(d / 'real.pt'))['metrics']['flops'] > load_checkpoint(str(d / 'pure.pt'))['metrics']['flops']
+
+
+def test_online_pairwise_judge_learns_to_rank_the_prompts_own_continuation_first(judge_case, char_ckpt, char_reward):
+    """A pairwise judge in GRPO scores each rollout against its prompt's natural window. Blind at the start, it ranks
+    them at chance; online, with the generator held fixed (lr 0), it learns to put the natural window first on the
+    rollouts it has not trained on yet, and its Bradley-Terry loss falls."""
+    d = judge_case
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
+                   f'--out_path={d / "blind_pairwise.pt"}', '--device=cpu', '--max_iters=0', '--reward_pooling=mean',
+                   '--loss=pairwise')
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}',
+                   f'--reward_model_path={d / "blind_pairwise.pt"}', f'--out_path={d / "pairwise.pt"}', '--device=cpu',
+                   '--max_steps=30', '--learning_rate=0', '--eval_interval=100', '--prompts_per_step=8',
+                   '--num_generations=2', '--reward_threshold=0.1', '--judge_update_interval=1', '--judge_steps=16',
+                   '--judge_learning_rate=1e-2', '--judge_batch_size=32')
+    assert r.returncode == 0, r.stderr[-3000:]
+    h = load_checkpoint(str(d / 'pairwise.pt'))['metrics']['history']
+    assert len(h) == 30  # a pairwise judge's score has no absolute level: no reward threshold stops it
+    assert h[0]['judge_pair_accuracy'] == pytest.approx(0.5)  # blind: every score equal, every pair a tie
+    assert np.mean([x['judge_pair_accuracy'] for x in h[-10:]]) > 0.8
+    assert np.mean([x['judge_loss'] for x in h[-10:]]) < np.mean([x['judge_loss'] for x in h[:3]])
+    assert load_checkpoint(str(d / 'pairwise_judge.pt'))['config']['loss'] == 'pairwise'

@@ -31,6 +31,7 @@ def test_labels_prefix_and_split_separation(char_reward, char_data):
             assert 1 <= K <= N - 1 and float(y[0]) == np.float32(K / N) and float(y[1]) == np.float32((N - K) / N)
             block = tokens[offsets[s // 3]:offsets[s // 3] + N]
             assert np.array_equal(x.numpy()[:K], block[:K])  # the natural prefix is the source block's own
+            assert np.array_equal(ds.natural_of([s])[0], block)  # and its natural counterpart is that block
         assert x.dtype == torch.int64 and y.dtype == torch.float32
     # nothing of val appears in train: every train prefix comes from the train split's blocks only
     ds = RewardDataset(char_reward, 'train')

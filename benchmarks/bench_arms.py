@@ -1,0 +1,208 @@
+"""
+The arms of the self-play question, side by side on a finished default run: the judge arms (the frozen pointwise
+judge of the seed, online, token-level with and without per-token advantages, a stronger trunk, online + token),
+SPIN (plain and with an NLL term) and GRPO with real text in its loss. Each arm is the default cycle with a few
+settings changed, run by run_cycles.py in a copy of the default run's directory, so base v1, its evaluation, its
+temperature sweep and (when the cycle's FLOPs are unchanged) the MLE control are shared, and only what the arm
+changes is rebuilt. Seeds repeat an arm's trainer (run_cycles --trainer_seed) on the same base, judge data and
+controls.
+
+  python benchmarks/bench_arms.py [--run runs/cycles_shakespeare_char] [--out runs/bench_arms] [--arms a,b]
+      [--seeds 0,2000,3000] [--cycles 1] [--png docs/arms_quality_diversity.png]
+
+Prints, per arm, seed and cycle, the judge's quality on the referee's held-out crossover data (GRPO arms: base v1's
+reward data, the test half of its val split; an online judge as GRPO left it), its boundary error on each GRPO
+step's unseen rollouts, the reward, the KL, the new version as the instruments measure it and the computed verdicts
+against the MLE and temperature controls; then, per arm and cycle, the means and spreads over seeds; and draws every
+arm on cycle 1's quality-diversity plane beside base v1's temperature sweep and the MLE controls.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from model import GPT, load_checkpoint  # noqa: E402
+from run_cycles import _plt, first_last  # noqa: E402
+from reward_dataset_loader import RewardDataset  # noqa: E402
+from train_reward_model import pair_accuracy, reward_metrics  # noqa: E402
+
+
+# every arm starts from the seed's judge design as the default config had it before the arms table (mean-pooled,
+# frozen, pointwise, GRPO without real text), whatever the default config is now
+SEED_DESIGN = ['--trainer=grpo', '--reward_pooling=mean', '--reward_loss=mse', '--grpo_judge_update_interval=0',
+               '--grpo_token_advantages=False', '--grpo_nll_weight=0.0']
+
+
+def arms(run):
+    """Arm -> (its label, its run_cycles.py overrides on top of the default config and SEED_DESIGN)."""
+    online_token = ['--grpo_judge_update_interval=1', '--reward_pooling=token']
+    spin = ['--trainer=spin', '--spin_max_steps=300']  # 300 steps of 16 pairs: the GRPO cycle's wall-clock
+    return {
+        'frozen': ('frozen pointwise judge (the seed)', []),
+        'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
+        'token': ('token-level', ['--reward_pooling=token']),
+        'token_adv': ('token-level, per-token advantages', ['--reward_pooling=token', '--grpo_token_advantages=True']),
+        'trunk': ('stronger trunk (MLE control v2)', [f'--reward_trunk_path={os.path.join(run, "mle_v2.pt")}']),
+        'online_token': ('online token-level', online_token),
+        'pairwise': ('online pairwise (Bradley-Terry)', ['--grpo_judge_update_interval=1', '--reward_loss=pairwise']),
+        'spin': ('SPIN', spin),
+        'spin_nll': ('SPIN + NLL weight 1', spin + ['--spin_nll_weight=1.0']),
+        'real': ('online token-level + real text (NLL weight 1)', online_token + ['--grpo_nll_weight=1.0']),
+    }
+
+
+@torch.no_grad()
+def judge_quality(judge_path, data_dir):
+    """R² and boundary error of a judge on the test half of a reward dataset's val split."""
+    judge = GPT.from_checkpoint(judge_path)
+    ds = RewardDataset(data_dir, 'val')
+    rows = np.sort(ds.selection_and_test_rows()[1])
+    p = np.concatenate([judge(torch.from_numpy(ds.x[rows[i:i + 256]].astype(np.int64)))[0][:, 0].numpy()
+                        for i in range(0, len(rows), 256)])
+    m = reward_metrics(p, ds.y[rows, 0], ds.block_size, float(np.mean(RewardDataset(data_dir, 'train').y[:, 0])))
+    if ds.natural is not None:  # reward data of format 3: each sample against its natural block
+        natural = np.concatenate([judge(torch.from_numpy(ds.natural_of(rows[i:i + 256]).astype(np.int64)))[0].numpy()
+                                  for i in range(0, len(rows), 256)])
+        m['pair_accuracy'] = pair_accuracy(torch.from_numpy(natural), torch.from_numpy(np.stack([p, 1 - p], 1)))
+    return m
+
+
+def arm_row(name, out, n, e, v):
+    """One table row: cycle n of one arm's run, its judge and trainer, and the new version as the instruments and
+    the verdict see it."""
+    trained = load_checkpoint(os.path.join(out, f'base_model_v{n + 1}.pt'))['metrics']
+    h = trained['history']
+    if os.path.exists(os.path.join(out, f'reward_model_v{n}.pt')) and 'reward' in h[0]:  # a GRPO cycle
+        online = os.path.join(out, f'grpo_v{n}_judge.pt')
+        q = judge_quality(online if os.path.exists(online) else os.path.join(out, f'reward_model_v{n}.pt'),
+                          os.path.join(out, f'reward_data_v{n}'))
+        pair = f" / {q['pair_accuracy']:.3f}" if 'pair_accuracy' in q else ''
+        judge = (f"{q['r2']:.3f} / {q['boundary_error']:.1f}{pair} | {first_last(h, 'judge_boundary_error')} | "
+                 f"{first_last(h, 'reward')} | {trained['final_kl']:.4f}")
+        seconds = sum(x[f'time_{k}'] for x in h for k in ('generation', 'scoring', 'update'))
+    else:  # SPIN: the model is its own judge; its held-out margin instead
+        judge = f"– | – | margin {trained['start']['heldout_margin']:.1f} → {h[-1]['heldout_margin']:.1f} | –"
+        seconds = sum(x['time'] for x in h)
+    return (f"| {name} | {n} | {judge} | {e['val_perplexity']:.3f} | "
+            f"{e['fresh_judge_boundary_error']:.2f} ± {e['fresh_judge_boundary_error_sd']:.2f} | "
+            f"{e['mauve']:.3f} ± {e['mauve_sd']:.3f} | {e['sample_entropy']:.3f} | {e['unknown_word_rate']:.3f} | "
+            f"{v['verdicts']['mle']['boundary_error']}, {v['verdicts']['mle']['perplexity']} | "
+            f"{v['verdicts']['temperature']['boundary_error']}, {v['verdicts']['temperature']['perplexity']} | "
+            f"{seconds:.0f} |")
+
+
+def summary_rows(results):
+    """Per arm and cycle: means and sds over seeds, and how often each verdict came out."""
+    rows = []
+    for (name, n), runs in results.items():
+        f = lambda k: (f"{np.mean([e[k] for e, _ in runs]):.3f}"  # noqa: E731
+                       + (f" ± {np.std([e[k] for e, _ in runs], ddof=1):.3f}" if len(runs) > 1 else ''))
+        count = lambda ctl: ', '.join(f"{k} ×{c}" for k, c in sorted(Counter(  # noqa: E731
+            f"{v['verdicts'][ctl]['boundary_error']}/{v['verdicts'][ctl]['perplexity']}" for _, v in runs).items()))
+        rows.append(f"| {name} | {n} | {len(runs)} | {f('val_perplexity')} | {f('fresh_judge_boundary_error')} | "
+                    f"{f('mauve')} | {f('sample_entropy')} | {f('unknown_word_rate')} | {count('mle')} | "
+                    f"{count('temperature')} |")
+    return rows
+
+
+def plot_arms(results, run, outs, png):
+    """Cycle 1 on the quality-diversity plane: base v1's temperature sweep, every arm (mean over seeds, bars: sd
+    over seeds) and each distinct MLE control (an arm with other cycle FLOPs gets its own)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    load = lambda p: json.load(open(p))  # noqa: E731
+    sweep = sorted(load(os.path.join(run, 'eval_v1.json')) + load(os.path.join(run, 'sweep_v1.json')),
+                   key=lambda e: e['temperature'])
+    x, y = 'sample_entropy', 'fresh_judge_boundary_error'
+    ax.errorbar([e[x] for e in sweep], [e[y] for e in sweep], yerr=[e[y + '_sd'] for e in sweep], marker='o',
+                capsize=3, color='gray', label='base v1, temperature sweep (sd over judges)')
+    for e in sweep:
+        ax.annotate(f"T={e['temperature']}", (e[x], e[y]), textcoords='offset points', xytext=(4, -10), fontsize=8)
+    controls = {}
+    for out in outs:
+        mle = load(os.path.join(out, 'eval_mle_v2.json'))[0]
+        controls.setdefault(round(mle['val_perplexity'], 6), mle)
+    for mle in controls.values():
+        ax.errorbar([mle[x]], [mle[y]], yerr=[mle[y + '_sd']], marker='^', color='black', capsize=3,
+                    linestyle='none', label=f"MLE control (val ppl {mle['val_perplexity']:.3f})")
+    for (name, n), runs in results.items():
+        if n != 1:
+            continue
+        xs, ys = [e[x] for e, _ in runs], [e[y] for e, _ in runs]
+        ax.errorbar([np.mean(xs)], [np.mean(ys)], xerr=[np.std(xs, ddof=1)] if len(runs) > 1 else None,
+                    yerr=[np.std(ys, ddof=1)] if len(runs) > 1 else None, marker='s', capsize=3, linestyle='none',
+                    label=f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''}; val ppl "
+                          f"{np.mean([e['val_perplexity'] for e, _ in runs]):.3f})")
+    ax.set(xlabel='sample entropy (nats per token; diversity)',
+           ylabel='fresh-judge boundary error (↑ closer to natural)',
+           title='Cycle 1 of every arm against its controls (referee: base v1)')
+    ax.legend(fontsize=7, loc='best')
+    fig.tight_layout()
+    tmp = png + '.tmp.png'
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, png)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--run', default='runs/cycles_shakespeare_char', help="a finished default run")
+    p.add_argument('--config', default=os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py'))
+    p.add_argument('--out', default='runs/bench_arms')
+    p.add_argument('--seeds', default='0', help="comma-separated trainer seeds per arm (0: the cycle's own); the "
+                   "base, its judge data and the controls stay shared")
+    p.add_argument('--cycles', type=int, default=1, help="cycles per arm (each later cycle has its own controls)")
+    p.add_argument('--arms', default='', help="comma-separated arms, of: " + ', '.join(arms('')) + " (default: all)")
+    p.add_argument('--png', default='', help="the quality-diversity plane (default: OUT/arms_quality_diversity.png)")
+    a = p.parse_args()
+    run = os.path.abspath(a.run)
+    table = arms(run)
+    chosen = a.arms.split(',') if a.arms else list(table)
+    unknown = sorted(set(chosen) - set(table))
+    if unknown:
+        sys.exit(f"error: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(table)}")
+    rows, results, outs = [], {}, []
+    for arm in chosen:
+        for seed in [int(s) for s in a.seeds.split(',')]:
+            name, overrides = table[arm]
+            out = os.path.join(a.out, arm + (f'_seed{seed}' if seed else ''))
+            if not os.path.exists(out):  # a repeat starts from the arm's first run: its judge and controls stay
+                first = os.path.join(a.out, arm)
+                shutil.copytree(first if seed and os.path.exists(first) else run, out)
+            t0 = time.time()
+            subprocess.run([sys.executable, os.path.join(ROOT, 'run_cycles.py'), a.config, f'--out_dir={out}',
+                            f'--num_cycles={a.cycles}', *SEED_DESIGN, *overrides]
+                           + ([f'--trainer_seed={seed}'] if seed else []), check=True)
+            outs.append(out)
+            for n in range(1, a.cycles + 1):
+                e = json.load(open(os.path.join(out, f'eval_v{n + 1}.json')))[0]
+                v = json.load(open(os.path.join(out, f'verdict_v{n}.json')))
+                rows.append(arm_row(name + (f' (seed {seed})' if seed else ''), out, n, e, v))
+                results.setdefault((name, n), []).append((e, v))
+            print(f"{arm}, seed {seed}: done in {time.time() - t0:.0f} s", flush=True)
+    print('\n| arm | cycle | its judge on held-out crossovers of the cycle\'s base: R² / boundary err (/ pair '
+          'accuracy) | judge boundary err on unseen rollouts, first 10 → last 10 | reward (SPIN: held-out margin) | KL | val ppl | fresh-judge '
+          'boundary err (↑) | MAUVE | entropy | unknown words | vs MLE (boundary, ppl) | vs temperature (boundary, '
+          'ppl) | trainer s |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
+    print('\n'.join(rows))
+    print('\n| arm | cycle | seeds | val ppl | fresh-judge boundary err (↑) | MAUVE | entropy | unknown words | '
+          'vs MLE: boundary/ppl × seeds | vs temperature: boundary/ppl × seeds |')
+    print('|---|---|---|---|---|---|---|---|---|---|')
+    print('\n'.join(summary_rows(results)))
+    png = a.png or os.path.join(a.out, 'arms_quality_diversity.png')
+    plot_arms(results, run, outs, png)
+    print(f"\nquality-diversity plane: {png}")
+
+
+if __name__ == '__main__':
+    main()
