@@ -127,13 +127,13 @@ def plot_arms(results, run, outs, png):
                 capsize=3, color='gray', label='base v1, temperature sweep (sd over judges)')
     for e in sweep:
         ax.annotate(f"T={e['temperature']}", (e[x], e[y]), textcoords='offset points', xytext=(4, -10), fontsize=8)
-    controls = {}
+    controls = {}  # one per iteration count: the same base trained for the same steps is the same control
     for out in outs:
-        mle = load(os.path.join(out, 'eval_mle_v2.json'))[0]
-        controls.setdefault(round(mle['val_perplexity'], 6), mle)
-    for mle in controls.values():
+        iters = load(os.path.join(out, 'verdict_v1.json'))['mle_iters']
+        controls.setdefault(iters, load(os.path.join(out, 'eval_mle_v2.json'))[0])
+    for iters, mle in sorted(controls.items()):
         ax.errorbar([mle[x]], [mle[y]], yerr=[mle[y + '_sd']], marker='^', color='black', capsize=3,
-                    linestyle='none', label=f"MLE control (val ppl {mle['val_perplexity']:.3f})")
+                    linestyle='none', label=f"MLE control, {iters} iterations (val ppl {mle['val_perplexity']:.3f})")
     for (name, n), runs in results.items():
         if n != 1:
             continue

@@ -1,4 +1,4 @@
-# A first look in 3 min 5 s on 2 CPU cores: one cycle of the default set-up with a short base, a shorter GRPO,
+# A first look in 3 min 30 s on 2 CPU cores: one cycle of the default set-up with a short base, a shorter GRPO,
 # one fresh judge per point on 200 samples, and no controls (so no verdict). Its figures are a smoke test, not a
 # result: the default run (config/cycles_shakespeare_char.py) is the one to read.
 # python run_cycles.py config/cycles_shakespeare_char_quick.py
