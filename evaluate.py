@@ -15,7 +15,13 @@ evaluated ones. For each checkpoint and sampling temperature (a "point"):
 - the fresh-judge test, judge_seeds times: crossover reward data written by this generator at this temperature
   (each seed its own draw), a new judge head on the referee's frozen trunk, selected on one half of its val data
   and reported on the other; boundary error and R² as mean ± sd over seeds. A generator whose text is really closer
-  to natural text leaves the judge a higher boundary error.
+  to natural text leaves the judge a higher boundary error. A judge whose kept head is its untrained start (it
+  never beat its first evaluation) is blind: its figures are the constant predictor's, whatever the text; a point
+  whose judges are all blind is flagged (fresh_judge_blind), and a verdict read from it says 'blind';
+- the classifier two-sample test (C2ST; Lopez-Paz & Oquab 2017), a referee that reads no model: a logistic
+  regression on TF-IDF char n-grams and word unigrams tells the natural reference windows from the samples, the
+  shared prompt length cut from both, over stratified folds; held-out accuracy and AUC as mean ± sd over folds.
+  Lower AUC means closer to natural text (0.5: indistinguishable to it).
 """
 
 import argparse
@@ -109,6 +115,37 @@ def mauve_with_spread(p_features, q_features, seed, n_boot=10):
     return score(p_features, q_features, seed), float(np.std(boots, ddof=1)) if n_boot > 1 else 0.0
 
 
+C2ST_FOLDS = 5
+
+
+def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
+    """
+    Classifier two-sample test: how well a fixed, model-free classifier tells sample_texts from natural_texts.
+    Features: TF-IDF of char 1-4-grams and of lower-cased word unigrams (invented words, misspellings, rhythm),
+    fitted inside each training fold; classifier: L2 logistic regression. Returns held-out accuracy and ROC AUC as
+    mean and sd over the stratified folds (fixed by seed), with the fold count.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.pipeline import make_pipeline, make_union
+    texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
+    y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
+    accuracy, auc = [], []
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(texts, y):
+        classifier = make_pipeline(
+            make_union(TfidfVectorizer(analyzer='char', ngram_range=(1, 4), sublinear_tf=True, min_df=2),
+                       TfidfVectorizer(analyzer='word', token_pattern=r"[A-Za-z']+", sublinear_tf=True)),
+            LogisticRegression(C=1.0, max_iter=2000))
+        classifier.fit(texts[train], y[train])
+        p = classifier.predict_proba(texts[test])[:, 1]
+        accuracy.append(float(np.mean((p > 0.5) == y[test])))
+        auc.append(float(roc_auc_score(y[test], p)))
+    return dict(c2st_accuracy=float(np.mean(accuracy)), c2st_accuracy_sd=float(np.std(accuracy, ddof=1)),
+                c2st_auc=float(np.mean(auc)), c2st_auc_sd=float(np.std(auc, ddof=1)), c2st_n=folds)
+
+
 def eval_windows(val, n, length, seed):
     """2n distinct non-overlapping val windows of `length` tokens, drawn at random: the first n are the natural
     reference, the other n give the samples' prompts, so no sample starts from a reference window."""
@@ -161,9 +198,13 @@ def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, tem
                 train_reward_model.main(reward_model_cmd(referee_path, rd, rm, seed, device,
                                                          list(rm_args) + JUDGE_FIXED_ARGS)[1:])
             judge = load_checkpoint(rm)
-            runs.append(dict(judge['metrics'], seed=seed, trunk=trunk_signature(judge['model'])))
-        print(f"  fresh judge seed {seed}: boundary error {runs[-1]['boundary_error']:.2f}, R2 {runs[-1]['r2']:.4f}")
-    out = {'fresh_judge_runs': runs}
+            # the kept head is the one of its first evaluation, before any step: the untrained start
+            runs.append(dict(judge['metrics'], seed=seed, trunk=trunk_signature(judge['model']),
+                             blind=judge['iter_num'] == 0))
+        print(f"  fresh judge seed {seed}: boundary error {runs[-1]['boundary_error']:.2f}, R2 {runs[-1]['r2']:.4f}"
+              + (' (blind: never left its untrained start)' if runs[-1]['blind'] else ''))
+    out = {'fresh_judge_runs': runs, 'fresh_judge_blind': all(r['blind'] for r in runs),
+           'fresh_judge_blind_count': sum(r['blind'] for r in runs)}
     for key in ('boundary_error', 'r2'):
         values = [r[key] for r in runs]
         out[f'fresh_judge_{key}'] = float(np.mean(values))
@@ -194,6 +235,9 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     texts = [tok.decode(s) for s in samples.tolist()]
     figures.update(text_statistics(samples.tolist(), texts, known_words))
     natural = text_statistics(reference.tolist(), [tok.decode(s) for s in reference.tolist()], known_words)
+    if A.c2st_folds:  # both without the prompt's length: the samples' prompts are natural text
+        figures.update(two_sample_test([tok.decode(s) for s in reference[:, PROMPT_LEN:].tolist()],
+                                       [tok.decode(s) for s in samples[:, PROMPT_LEN:].tolist()], A.seed, A.c2st_folds))
     figures.update({f'natural_{k}': v for k, v in natural.items()})
     figures['sample_entropy'] = float(entropy.double().mean())
     if not A.no_mauve:
@@ -245,45 +289,70 @@ def compare_paired(arm_values, control_values, higher_is_better, alpha=0.05):
 def matched_temperature(points, entropy):
     """
     The control's temperature T* whose sample entropy equals the arm's, by linear interpolation along the sweep
-    (points: a base model's evaluation points at several temperatures), with the fresh-judge boundary error
-    interpolated there. An arm outside the sweep's entropy range is matched to the nearest end (flagged).
+    (points: a base model's evaluation points at several temperatures), with the fresh-judge boundary error and the
+    two-sample AUC interpolated there. An arm outside the sweep's entropy range is matched to the nearest end
+    (flagged). The matched judges are blind when those of a point it was read from are.
     """
     pts = sorted(points, key=lambda p: p['sample_entropy'])
     xs = [p['sample_entropy'] for p in pts]
 
     def at(key):
         return float(np.interp(entropy, xs, [p[key] for p in pts]))
-    return dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
-                fresh_judge_boundary_error=at('fresh_judge_boundary_error'),
-                fresh_judge_boundary_error_sd=at('fresh_judge_boundary_error_sd'),
-                unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts))
+    i = int(np.searchsorted(xs, entropy))
+    neighbours = pts[max(0, i - 1):i + 1] or pts[-1:]
+    matched = dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
+                   fresh_judge_boundary_error=at('fresh_judge_boundary_error'),
+                   fresh_judge_boundary_error_sd=at('fresh_judge_boundary_error_sd'),
+                   fresh_judge_blind=any(p.get('fresh_judge_blind', False) for p in neighbours),
+                   unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts))
+    if all('c2st_auc' in p for p in pts):
+        matched.update(c2st_auc=at('c2st_auc'), c2st_auc_sd=at('c2st_auc_sd'), c2st_n=min(p['c2st_n'] for p in pts))
+    return matched
 
 
-def cycle_verdict(arm, mle, sweep, base_path, data_dir, device):
+def judge_verdict(arm, control):
+    """The fresh judges' label: 'blind' when the judges of both sides never left their untrained start (two blind
+    judges' figures are the same ceiling, which says nothing of the texts), else the Welch test's label."""
+    if arm.get('fresh_judge_blind') and control.get('fresh_judge_blind'):
+        return 'blind'
+    return compare(*[(e['fresh_judge_boundary_error'], e['fresh_judge_boundary_error_sd'], e['fresh_judge_n'])
+                     for e in (arm, control)], higher_is_better=True)
+
+
+def c2st_verdict(arm, control):
+    """The two-sample test's label (lower AUC is closer to natural text), or None where a side was not measured."""
+    if 'c2st_auc' not in arm or 'c2st_auc' not in control:
+        return None
+    return compare(*[(e['c2st_auc'], e['c2st_auc_sd'], e['c2st_n']) for e in (arm, control)], higher_is_better=False)
+
+
+POINT_SUMMARY = ('val_perplexity', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_blind',
+                 'sample_entropy', 'c2st_auc', 'c2st_auc_sd', 'mauve', 'mauve_sd')
+
+
+def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
     """
-    The verdict of one cycle: its new generator (arm) against the MLE control (mle) and against the previous base
-    sampled at the matched temperature (sweep: that base's points). Both on the referee's fresh-judge boundary error
-    (higher is better) and on whole-split held-out perplexity (lower is better; window by window).
+    The verdict of one cycle: its new generator (arm) against the MLE control (mle), against the previous base
+    sampled at the matched temperature (sweep: that base's points) and, for GRPO, against the judge-off ablation
+    (judge_off: the same trainer with a constant reward). Each on the referee's fresh-judge boundary error (higher is
+    better), the two-sample test's AUC (lower is better) and whole-split held-out perplexity (lower is better;
+    window by window).
     """
     matched = matched_temperature(sweep, arm['sample_entropy'])
     base = GPT.from_checkpoint(base_path, device=device)
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     _, ppl, windows = evaluate_perplexity(base, val, base.config.block_size, temperature=matched['temperature'],
                                           per_window=True)
-    matched.update(val_perplexity=ppl)
-
-    def be(e):
-        return e['fresh_judge_boundary_error'], e['fresh_judge_boundary_error_sd'], e['fresh_judge_n']
-    verdicts = {
-        'mle': {'boundary_error': compare(be(arm), be(mle), True),
-                'perplexity': compare_paired(arm['val_window_cross_entropy'], mle['val_window_cross_entropy'], False)},
-        'temperature': {'boundary_error': compare(be(arm), be(matched), True),
-                        'perplexity': compare_paired(arm['val_window_cross_entropy'], windows, False)}}
-    return dict(matched=matched, verdicts=verdicts,
-                arm={k: arm[k] for k in ('val_perplexity', 'fresh_judge_boundary_error',
-                                         'fresh_judge_boundary_error_sd', 'sample_entropy', 'temperature')},
-                mle={k: mle[k] for k in ('val_perplexity', 'fresh_judge_boundary_error',
-                                         'fresh_judge_boundary_error_sd', 'sample_entropy')})
+    matched.update(val_perplexity=ppl, val_window_cross_entropy=windows)
+    controls = {'mle': mle, 'temperature': matched, **({'judge_off': judge_off} if judge_off else {})}
+    verdicts = {name: {'boundary_error': judge_verdict(arm, c), 'c2st': c2st_verdict(arm, c),
+                       'perplexity': compare_paired(arm['val_window_cross_entropy'], c['val_window_cross_entropy'],
+                                                    False)}
+                for name, c in controls.items()}
+    del matched['val_window_cross_entropy']
+    summary = {name: {k: c[k] for k in POINT_SUMMARY if k in c} for name, c in controls.items() if name != 'temperature'}
+    return dict(matched=matched, verdicts=verdicts, arm={k: arm[k] for k in POINT_SUMMARY + ('temperature',) if k in arm},
+                **summary)
 
 
 def parse_args(argv):
@@ -304,6 +373,7 @@ def parse_args(argv):
     p.add_argument('--judge_seeds', type=int, default=3, help="fresh judges per point (0: none)")
     p.add_argument('--judge_max_blocks', type=int, default=400, help="natural blocks per split of each judge's data")
     p.add_argument('--judge_samples_per_chunk', type=int, default=1, help="crossovers per block of each judge's data")
+    p.add_argument('--c2st_folds', type=int, default=C2ST_FOLDS, help="folds of the two-sample test (0: none)")
     p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
                    "e.g. '--max_iters=1500 --learning_rate=1e-3' (the trunk stays frozen, pooling is the mean)")
     A = p.parse_args(argv)
@@ -313,6 +383,8 @@ def parse_args(argv):
         raise UserError(f"--temperatures takes comma-separated numbers, got {A.temperatures!r}") from None
     if min(A.temperatures) <= 0 or A.num_samples < 2 or A.judge_seeds < 0:
         raise UserError("temperatures must be > 0, --num_samples >= 2 and --judge_seeds >= 0")
+    if A.c2st_folds == 1 or A.c2st_folds < 0 or A.c2st_folds > A.num_samples:
+        raise UserError(f"--c2st_folds must be 0 (off) or between 2 and --num_samples ({A.num_samples})")
     A.work_dir = os.path.dirname(os.path.abspath(A.out))
     return A
 

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 MODES = ('generator', 'reward')
 POOLINGS = ('last', 'mean', 'token')
+SAMPLERS = ('auto', 'eager', 'static', 'graph', 'compile')  # GPT.generate's decode loops
 HEAD_PREFIX = {'generator': 'lm_head.', 'reward': 'reward_head.'}
 
 
@@ -49,7 +50,13 @@ class KVCache:
         self.v = [None] * n_layer
 
     def update(self, layer, k, v, pos):
-        """Store k, v (B, H, T, D) at positions pos..pos+T-1; returns the whole buffers (B, H, capacity, D)."""
+        """Store k, v (B, H, T, D) at positions pos..pos+T-1; returns the whole buffers (B, H, capacity, D). A tensor
+        pos (one element) writes one position in place, with no host read: the buffers must already hold it (a cache
+        made with chunk=max_len has its whole length from the prefill on, so its addresses never change)."""
+        if torch.is_tensor(pos):
+            self.k[layer].index_copy_(2, pos, k)
+            self.v[layer].index_copy_(2, pos, v)
+            return self.k[layer], self.v[layer]
         end = pos + k.size(2)
         if self.k[layer] is None or self.k[layer].size(2) < end:
             capacity = min(self.max_len, -(-end // self.chunk) * self.chunk)
@@ -89,8 +96,8 @@ class CausalSelfAttention(nn.Module):
             # one new token attends to every cached position up to its own; the rest of the buffer is padding,
             # masked by an additive row fused into the batched matmul
             BH, cap = B * self.n_head, keys.size(2)
-            mask = torch.zeros(1, 1, cap, device=x.device, dtype=q.dtype)
-            mask[..., pos + 1:] = float('-inf')
+            later = torch.arange(cap, device=x.device) > pos  # pos: an int, or a tensor in a recorded step
+            mask = torch.zeros(1, 1, cap, device=x.device, dtype=q.dtype).masked_fill_(later, float('-inf'))
             att = torch.baddbmm(mask, q.reshape(BH, 1, -1), keys.view(BH, cap, -1).transpose(1, 2),
                                 alpha=1.0 / math.sqrt(k.size(-1)))
             y = torch.bmm(att.softmax(dim=-1), values.view(BH, cap, -1)).view(B, self.n_head, 1, -1)
@@ -205,9 +212,9 @@ class GPT(nn.Module):
     def hidden_states(self, idx, cache=None, pos=0):
         """The trunk: (B, T) token ids -> (B, T, n_embd) after the final LayerNorm."""
         T = idx.size(1)
-        assert pos + T <= self.config.block_size, \
+        assert torch.is_tensor(pos) or pos + T <= self.config.block_size, \
             f"Cannot forward sequence of length {pos + T}, block size is only {self.config.block_size}"
-        positions = torch.arange(pos, pos + T, dtype=torch.long, device=idx.device)
+        positions = torch.arange(T, dtype=torch.long, device=idx.device) + pos
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(positions))
         for block in self.transformer.h:
             x = block(x, cache, pos)
@@ -254,7 +261,7 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prompt_lengths=None, generator=None,
-                 entropy=False):
+                 entropy=False, sampler='auto'):
         """
         Continue each row of idx (B, T) by max_new_tokens sampled tokens, with a KV cache so each new token costs
         one position. prompt_lengths (B,), optional: row b's prompt is idx[b, :prompt_lengths[b]] and everything
@@ -263,8 +270,17 @@ class GPT(nn.Module):
         forward per token. generator: a torch.Generator for reproducible sampling. entropy=True also returns
         (B, total - start) the entropy (nats) of the law each position was drawn from (an evaluation reads the
         sampler's diversity here instead of running the model again over its samples).
+        sampler: how the decode steps run, drawing the same tokens from the same generator state:
+          'eager'   a growing cache, one Python step per token (the fastest on CPU);
+          'static'  fixed-size buffers and a position tensor: a step that allocates nothing new and never reads
+                    back to the host, the step 'graph' records (run eagerly here, on any device);
+          'graph'   'static' recorded once as a CUDA graph and replayed per token (CUDA only);
+          'compile' 'static' through torch.compile (fused kernels), recorded as a CUDA graph on CUDA;
+          'auto'    'graph' on CUDA, 'eager' elsewhere; 'eager' wherever the context would be cropped.
         """
         assert self.config.mode == 'generator', "generate() needs a generator-mode model"
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         B, T = idx.shape
         total, bs = T + max_new_tokens, self.config.block_size
         out = idx.new_empty(B, total)
@@ -275,6 +291,11 @@ class GPT(nn.Module):
             prompt_lengths = torch.as_tensor(prompt_lengths, device=idx.device).view(B)
             start = int(prompt_lengths.min())
             assert 1 <= start and int(prompt_lengths.max()) <= T, "prompt lengths must lie in [1, T]"
+        if sampler == 'auto':
+            sampler = 'graph' if idx.device.type == 'cuda' else 'eager'
+        if sampler != 'eager' and total <= bs and start < total:
+            ent = self._generate_static(out, start, prompt_lengths, temperature, top_k, generator, entropy, sampler)
+            return (out, ent) if entropy else out
         cache = KVCache(self.config.n_layer, min(total, bs))
         entropies = []
         for t in range(start, total):
@@ -291,6 +312,81 @@ class GPT(nn.Module):
                 next_tok = torch.where(t < prompt_lengths, out[:, t], next_tok)
             out[:, t] = next_tok
         return (out, torch.stack(entropies, dim=1)) if entropy else out
+
+    def _generate_static(self, out, start, prompt_lengths, temperature, top_k, generator, entropy, sampler):
+        """Fill out[:, start:] in place (see generate): the prefill and the first token eagerly, every later token
+        by one fixed-shape step (_decode_step) whose inputs live at fixed addresses, so a CUDA graph can replay it.
+        The uniforms are drawn outside the step, one (B, 1) draw per token as the eager path draws them. Returns the
+        entropies (B, total - start) or None."""
+        B, total = out.shape
+        device = out.device
+        plen = prompt_lengths if prompt_lengths is not None else torch.zeros(B, dtype=torch.long, device=device)
+        cache = KVCache(self.config.n_layer, total, chunk=total)  # whole length at once: fixed addresses
+        ent = torch.zeros(B, total, device=device) if entropy else None
+        logits = self.lm_head(self.hidden_states(out[:, :start], cache, 0)[:, -1])
+        if entropy:
+            ent[:, start] = sampling_entropy(logits, temperature, top_k)
+        next_tok = sample_next_token(logits, temperature, top_k, generator)
+        out[:, start] = torch.where(start < plen, out[:, start], next_tok)
+        pos = torch.tensor([start], device=device)  # the input position of the next step; the step advances it
+        u = torch.empty(B, 1, device=device)
+        finite = torch.ones((), dtype=torch.bool, device=device)
+        step = self._decode_step
+        if sampler == 'compile':
+            step = torch.compile(step, fullgraph=True, dynamic=False)
+        args = (out, pos, u, plen, cache, temperature, top_k, ent, finite)
+        n_steps = total - start - 1
+        if sampler in ('graph', 'compile') and device.type == 'cuda':
+            run = self._record_step(step, args, generator, n_steps)
+        else:
+            def run():
+                step(*args)
+        for _ in range(n_steps):
+            torch.rand(u.shape, generator=generator, device=device, out=u)
+            run()
+        if not bool(finite):  # the one read back to the host, after the last step
+            raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
+        return ent[:, start:] if entropy else None
+
+    def _decode_step(self, out, pos, u, plen, cache, temperature, top_k, ent, finite):
+        """One token for every row: reads out[:, pos], writes out[:, pos + 1] (a row still inside its prompt keeps
+        its prompt token), then advances pos. Fixed shapes, no host reads: the unit a CUDA graph records."""
+        logits = self.lm_head(self.hidden_states(out.index_select(1, pos), cache, pos)[:, -1])
+        finite.logical_and_(torch.isfinite(logits).all())
+        nxt = pos + 1
+        if ent is not None:
+            ent.index_copy_(1, nxt, sampling_entropy(logits, temperature, top_k)[:, None])
+        tok = sample_next_token(logits, temperature, top_k, u=u)
+        tok = torch.where(nxt < plen, out.index_select(1, nxt).view(-1), tok)
+        out.index_copy_(1, nxt, tok[:, None])
+        pos.add_(1)
+
+    @staticmethod
+    def _record_step(step, args, generator, n_steps):
+        """A replay of step(*args) as a CUDA graph. The step is run twice first on a side stream (allocator and
+        kernel warm-up, and torch.compile's compilation); those runs are real steps on real draws, so they are taken
+        from the n_steps to do. Autocast's weight-cast cache is off while recording: cached casts made inside a
+        capture would be freed under the graph."""
+        out, u = args[0], args[2]
+        warm = min(2, n_steps)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warm):
+                torch.rand(u.shape, generator=generator, device=out.device, out=u)
+                step(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        autocast = torch.is_autocast_enabled('cuda')
+        with torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'), enabled=autocast, cache_enabled=False):
+            with torch.cuda.graph(graph):
+                step(*args)
+        calls = iter(range(n_steps))
+
+        def run():
+            if next(calls) >= warm:  # the warm-up runs already made the first `warm` tokens
+                graph.replay()
+        return run
 
     @classmethod
     def from_pretrained(cls, name_or_dir, dropout=0.0):
@@ -404,12 +500,13 @@ def sampling_entropy(logits, temperature=1.0, top_k=None):
     return softmax_entropy(logits)
 
 
-def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
+def sample_next_token(logits, temperature=1.0, top_k=None, generator=None, u=None):
     """
     (B, V) logits -> (B,) token ids, with nanoGPT's temperature and top-k. Draws by inverse CDF: one uniform per
     row against the running sum of the probabilities. Same law as torch.multinomial, which on a 50k-token vocabulary
     costs several times the lm_head matmul; reproducible from `generator`. Every pass after the softmax works in
-    place: at this size allocating a fresh (B, V) tensor costs as much as computing it.
+    place: at this size allocating a fresh (B, V) tensor costs as much as computing it. u (B, 1): the uniforms,
+    already drawn (a recorded step draws nothing and checks nothing on the host; its caller checks the logits).
     """
     logits = logits.float()
     candidates = None
@@ -422,11 +519,12 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None):
         cdf.div_(cdf.max(dim=-1, keepdim=True).values).pow_(1.0 / temperature)
     cdf.cumsum_(dim=-1)
     total = cdf[:, -1:]
-    if not torch.isfinite(total).all():
-        raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
-    u = torch.rand(total.shape, generator=generator, device=cdf.device) * total
+    if u is None:
+        if not torch.isfinite(total).all():
+            raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
+        u = torch.rand(total.shape, generator=generator, device=cdf.device)
     # the first index whose running sum exceeds u: a zero-probability token never is one
-    idx = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.size(-1) - 1).view(-1)
+    idx = torch.searchsorted(cdf, u * total, right=True).clamp_(max=cdf.size(-1) - 1).view(-1)
     return idx if candidates is None else candidates.gather(1, idx.view(-1, 1)).view(-1)
 
 

@@ -3,9 +3,11 @@ The adversarial cycle, end to end, through the existing scripts and files on dis
   prepare the corpus if missing -> cycle 0: base model v1 -> for n = 1..num_cycles:
   reward data from base v{n} -> reward model v{n} -> GRPO -> base v{n+1} (trainer='grpo'), or SPIN of base v{n}
   against its own samples -> base v{n+1} (trainer='spin');
-  controls: base v{n} trained further with next-token loss for the cycle's compute (mle_v{n+1}.pt), and base v{n}
-  sampled at several temperatures; every version and control measured by the same instruments (evaluate.py, one
-  fixed referee); the cycle's verdict against both controls; report.md after each cycle.
+  controls: base v{n} trained further with next-token loss for at most the cycle's compute, keeping its best
+  validation checkpoint by the base's early-stopping rule (mle_v{n+1}.pt); base v{n} sampled at several temperatures;
+  and for GRPO the judge-off ablation, the same GRPO run with a constant reward (judgeoff_v{n+1}.pt); every version
+  and control measured by the same instruments (evaluate.py: the referee's fresh judges, a model-free two-sample
+  test, MAUVE); the cycle's verdict against every control; report.md after each cycle.
 
   python run_cycles.py [config/cycles_*.py] [--key=value ...]
 
@@ -49,10 +51,12 @@ n_head = 4
 n_embd = 128
 block_size = 128
 batch_size = 16
+dropout = 0.0  # base v1 and the MLE control (nanoGPT's shakespeare_char recipe uses 0.2 where a model overfits)
 base_max_iters = 600
 base_learning_rate = 2e-3
 base_eval_interval = 100
-base_patience = 3
+base_patience = 3  # base v1 and the MLE control stop after this many evaluations without a val-loss gain of
+base_min_delta = 0.002  # at least this, and keep their best checkpoint
 trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
@@ -103,7 +107,7 @@ judge_samples_per_chunk = 1
 judge_max_iters = 1500
 judge_learning_rate = 1e-3
 # controls
-controls = True  # the MLE and temperature controls and the verdict of every cycle
+controls = True  # the MLE, temperature and (GRPO) judge-off controls and the verdict of every cycle
 control_temperatures = '0.6,0.7,0.8,0.9,1.0'  # the previous base's temperature sweep
 # stop early when held-out perplexity has not improved by min_delta for patience cycles (0 disables)
 patience = 0
@@ -272,12 +276,12 @@ def spin_cmd(C, base, earlier, data_dir, out_path, seed):
             f'--out_path={out_path}', f'--max_steps={C.spin_max_steps}', f'--batch_size={C.spin_batch_size}',
             f'--learning_rate={C.spin_learning_rate}', f'--beta={C.spin_beta}', f'--loss_type={C.spin_loss_type}',
             f'--nll_weight={C.spin_nll_weight}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
-            '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={seed}', *mix]
+            '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={seed}', '--resume=True', *mix]
 
 
-def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None):
-    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting). The judge options appear only when
-    set, so a frozen-judge cycle's command (and its manifest) stays the seed's."""
+def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None, judge_off=False):
+    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting; judge_off=True: the judge-off
+    control). The judge options appear only when set, so a frozen-judge cycle's command stays the seed's."""
     online = [f'--judge_update_interval={C.grpo_judge_update_interval}', f'--judge_steps={C.grpo_judge_steps}',
               f'--judge_learning_rate={C.grpo_judge_learning_rate}', f'--judge_replay={C.grpo_judge_replay}']
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
@@ -287,9 +291,10 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
             f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={scale_rewards or C.grpo_scale_rewards}',
             f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
             f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
-            f'--seed={seed}'] + (online if C.grpo_judge_update_interval else []) \
+            f'--seed={seed}', '--resume=True'] + (online if C.grpo_judge_update_interval else []) \
         + (['--token_advantages=True'] if C.grpo_token_advantages else []) \
-        + ([f'--nll_weight={C.grpo_nll_weight}'] if C.grpo_nll_weight else [])
+        + ([f'--nll_weight={C.grpo_nll_weight}'] if C.grpo_nll_weight else []) \
+        + (['--judge_off=True'] if judge_off else [])
 
 
 def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
@@ -300,7 +305,8 @@ def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
             '--out', out_path, '--temperatures', ','.join(map(str, temperatures)), '--top_k', str(C.sample_top_k),
             '--num_samples', str(C.eval_num_samples), '--seed', str(C.seed), '--device', C.device,
             '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
-            '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--judge_args=' + judge_recipe, *extra]
+            '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--c2st_folds', '5',
+            '--judge_args=' + judge_recipe, *extra]
 
 
 def main(argv):
@@ -345,7 +351,8 @@ def main(argv):
                      f'--eval_interval={C.reward_eval_interval}'] \
         + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else [])  # the seed's judge keeps its manifests
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
-                  f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', '--beta2=0.99', '--eval_iters=20',
+                  f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
+                  '--beta2=0.99', '--eval_iters=20',
                   '--log_interval=100', '--ppl_max_tokens=50000', f'--compile={C.compile}', f'--device={C.device}']
 
     def train_stage(name, output, inputs, extra, log):
@@ -363,13 +370,29 @@ def main(argv):
                 [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
                  f'--learning_rate={C.base_learning_rate}', f'--min_lr={C.base_learning_rate / 10}',
                  f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
-                 f'--patience={C.base_patience}', '--min_delta=0.002', '--warmup_iters=50', f'--seed={C.seed}']
+                 f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=50',
+                 f'--seed={C.seed}']
                 + ([f'--init_from={C.init_from}'] if C.init_from != 'scratch' else []), 'base_v1.log')
     referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
 
     def evaluate_stage(name, output, ckpt, log, temperatures=(C.sample_temperature,), extra=(), inputs=()):
         args = evaluate_cmd(C, [ckpt], data_dir, referee, 'PARTIAL', temperatures, extra)
         script_stage(name, [output], [ckpt, referee, *inputs, *data_files], args, log)
+
+    def grpo_stage(n, name, output, prefix, judge_off=False):
+        """GRPO of base v{n} against reward model v{n} into output; its log, curves and online judge as
+        {prefix}_v{n}_*."""
+        base, rm = path(f'base_model_v{n}.pt'), path(f'reward_model_v{n}.pt')
+        outputs = [output, path(f'{prefix}_v{n}_log.jsonl'), path(f'{prefix}_v{n}_curves.png')]
+        outputs += [path(f'{prefix}_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
+
+        def move_extras(partials):
+            stem = os.path.splitext(partials[0])[0]
+            for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
+                shutil.move(stem + suffix, dest)
+        script_stage(name, outputs, [base, rm] + data_files,
+                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n, judge_off=judge_off),
+                     f'{prefix}_v{n}.log', after=move_extras)
 
     evaluate_stage('evaluate v1', path('eval_v1.json'), path('base_model_v1.pt'), 'eval_v1.log')
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
@@ -398,20 +421,11 @@ def main(argv):
             script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
                          reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
                          f'reward_model_v{n}.log')
-
-            def move_grpo_extras(partials):
-                stem = os.path.splitext(partials[0])[0]
-                for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
-                    shutil.move(stem + suffix, dest)
-            grpo_outputs = [new, path(f'grpo_v{n}_log.jsonl'), path(f'grpo_v{n}_curves.png')]
-            grpo_outputs += [path(f'grpo_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
-            script_stage(f'cycle {n}: GRPO -> base v{n + 1}', grpo_outputs, [base, rm] + data_files,
-                         grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n),
-                         f'grpo_v{n}.log', after=move_grpo_extras)
+            grpo_stage(n, f'cycle {n}: GRPO -> base v{n + 1}', new, 'grpo')
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
                            extra=['--reward_model', rm], inputs=[rm])
         if C.controls:
-            run_controls(C, pipe, n, temps, train_stage, evaluate_stage, path, data_files)
+            run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, path, data_files)
         write_report(out, C, pipe.current)
         stopper.step(load_json(path(f'eval_v{n + 1}.json'))[0]['val_perplexity'])
         if stopper.should_stop and n < C.num_cycles:
@@ -421,34 +435,44 @@ def main(argv):
     print(f"finished: {stop_reason}; report {os.path.join(out, 'report.md')}")
 
 
-def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, path, data_files):
+def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, path, data_files):
     """Cycle n's controls, measured like the cycle's output, and its verdict against them."""
-    from model import GPT
-    base, mle = path(f'base_model_v{n}.pt'), path(f'mle_v{n + 1}.pt')
+    from model import GPT, load_checkpoint
+    base, mle, off = path(f'base_model_v{n}.pt'), path(f'mle_v{n + 1}.pt'), path(f'judgeoff_v{n + 1}.pt')
     grpo = C.trainer == 'grpo'
     flops = cycle_flops(path(f'base_model_v{n + 1}.pt'), path(f'reward_data_v{n}') if grpo else None,
                         path(f'reward_model_v{n}.pt') if grpo else None)
     per_iter = GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
     iters = max(1, math.ceil(flops / per_iter))
-    # the base's final learning rate, held: continued training, not a new schedule
+    # at most the cycle's compute, at the base's final learning rate held (continued training, not a new schedule),
+    # keeping the best val checkpoint by the base's own early-stopping rule: as a researcher would stop it
     train_stage(f'cycle {n}: MLE control', mle, [base] + data_files, [
-        f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={iters}', '--decay_lr=False',
-        f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=True', '--warmup_iters=0',
+        f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
+        '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=False',
+        f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
         f'--seed={C.seed + n}'], f'mle_v{n + 1}.log')
     evaluate_stage(f'evaluate MLE control v{n + 1}', path(f'eval_mle_v{n + 1}.json'), mle, f'eval_mle_v{n + 1}.log')
+    inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base, mle]
+    if grpo:  # what the judge adds: the same GRPO run with its reward replaced by a constant
+        grpo_stage(n, f'cycle {n}: judge-off control', off, 'judgeoff', judge_off=True)
+        evaluate_stage(f'evaluate judge-off control v{n + 1}', path(f'eval_judgeoff_v{n + 1}.json'), off,
+                       f'eval_judgeoff_v{n + 1}.log')
+        inputs.append(path(f'eval_judgeoff_v{n + 1}.json'))
     sweep = [t for t in temps if t != C.sample_temperature]
     if sweep:
         evaluate_stage(f'temperature sweep of base v{n}', path(f'sweep_v{n}.json'), base, f'sweep_v{n}.log',
                        temperatures=sweep, extra=['--no_ppl', '--no_mauve'])
-    inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base]
-    inputs += [path(f'sweep_v{n}.json')] if sweep else []
+        inputs.append(path(f'sweep_v{n}.json'))
 
     def build(partials):
         from evaluate import cycle_verdict
         points = load_json(path(f'eval_v{n}.json')) + (load_json(path(f'sweep_v{n}.json')) if sweep else [])
+        off_point = load_json(path(f'eval_judgeoff_v{n + 1}.json'))[0] if grpo else None
         v = cycle_verdict(load_json(path(f'eval_v{n + 1}.json'))[0], load_json(path(f'eval_mle_v{n + 1}.json'))[0],
-                          points, base, data_path(C.dataset), resolve_device(C.device))
-        v.update(cycle=n, mle_iters=iters, cycle_flops=flops)
+                          points, base, data_path(C.dataset), resolve_device(C.device), off_point)
+        kept = load_checkpoint(mle)
+        v.update(cycle=n, mle_iters=iters, mle_best_iter=kept['iter_num'], mle_stopped_at=kept.get('stopped_at'),
+                 mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops)
         with open(partials[0], 'w') as f:
             json.dump(v, f, indent=1)
     pipe.stage(f'cycle {n}: verdict', [path(f'verdict_v{n}.json')], inputs,
@@ -480,6 +504,8 @@ def collect(out, current):
             c['trained'] = load_checkpoint(have[f'base_model_v{n + 1}.pt'])['metrics']  # GRPO's or SPIN's run
         if f'eval_mle_v{n + 1}.json' in have:
             c['mle'] = load_json(have[f'eval_mle_v{n + 1}.json'])[0]
+        if f'eval_judgeoff_v{n + 1}.json' in have:
+            c['judge_off'] = load_json(have[f'eval_judgeoff_v{n + 1}.json'])[0]
         c['sweep'] = [versions[n - 1]] + (load_json(have[f'sweep_v{n}.json']) if f'sweep_v{n}.json' in have else [])
         if f'verdict_v{n}.json' in have:
             c['verdict'] = load_json(have[f'verdict_v{n}.json'])
@@ -496,31 +522,44 @@ def first_last(history, key):
 
 
 def point_row(label, e):
+    blind = ' (blind)' if e.get('fresh_judge_blind') else \
+        f" ({e['fresh_judge_blind_count']} blind)" if e.get('fresh_judge_blind_count') else ''
     return (f"| {label} | {fmt(e.get('val_perplexity'))} | "
-            f"{fmt(e.get('fresh_judge_boundary_error'), '.2f', e.get('fresh_judge_boundary_error_sd'))} | "
-            f"{fmt(e.get('fresh_judge_r2'), '.3f', e.get('fresh_judge_r2_sd'))} | {fmt(e.get('unknown_word_rate'))} | "
+            f"{fmt(e.get('fresh_judge_boundary_error'), '.2f', e.get('fresh_judge_boundary_error_sd'))}{blind} | "
+            f"{fmt(e.get('fresh_judge_r2'), '.3f', e.get('fresh_judge_r2_sd'))} | "
+            f"{fmt(e.get('c2st_auc'), '.3f', e.get('c2st_auc_sd'))} | {fmt(e.get('unknown_word_rate'))} | "
             f"{fmt(e.get('distinct_4_tokens'))} | {fmt(e.get('sample_entropy'))} | "
             f"{fmt(e.get('mauve'), '.3f', e.get('mauve_sd'))} |")
 
 
-POINT_HEADER = ['| | val ppl (whole split) | fresh-judge boundary err (↑) | fresh-judge R² (↓) | unknown words (↓) | '
-                'distinct-4 | sample entropy | MAUVE (↑) |', '|---|---|---|---|---|---|---|---|']
+POINT_HEADER = ['| | val ppl (whole split) | fresh-judge boundary err (↑) | fresh-judge R² (↓) | two-sample AUC (↓) | '
+                'unknown words (↓) | distinct-4 | sample entropy | MAUVE (↑) |', '|---|---|---|---|---|---|---|---|---|']
+
+
+CONTROL_NAMES = {'mle': 'the MLE control', 'temperature': 'the matched temperature', 'judge_off': 'the judge-off control'}
+
+
+def beats_every_control(verdicts):
+    """The repository's question answered for one cycle: better than every control on the fresh judges and on the
+    two-sample test, with perplexity no worse than the MLE control's."""
+    return (all(v['boundary_error'] == 'better' and v['c2st'] == 'better' for v in verdicts.values())
+            and verdicts['mle']['perplexity'] != 'worse')
 
 
 def verdict_lines(c):
     v = c['verdict']
     m, vd = v['matched'], v['verdicts']
-    beats = (vd['mle']['boundary_error'] == 'better' and vd['temperature']['boundary_error'] == 'better'
-             and vd['mle']['perplexity'] != 'worse')
     where = ' (outside the sweep: matched to its nearest end)' if m['outside_sweep'] else ''
-    return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`): base v{c['cycle'] + 1} "
-            f"against the MLE control (base v{c['cycle']} + {v['mle_iters']} next-token iterations, the cycle's "
-            f"{v['cycle_flops']:.3g} FLOPs): boundary error **{vd['mle']['boundary_error']}**, perplexity "
-            f"**{vd['mle']['perplexity']}**; against base v{c['cycle']} at the matched temperature "
-            f"T* = {m['temperature']:.3f}{where} (boundary error {m['fresh_judge_boundary_error']:.2f} ± "
-            f"{m['fresh_judge_boundary_error_sd']:.2f}, val ppl {m['val_perplexity']:.3f}): boundary error "
-            f"**{vd['temperature']['boundary_error']}**, perplexity **{vd['temperature']['perplexity']}**. "
-            + ("The cycle beats both controls." if beats else "The cycle does not beat both controls."), '']
+    stop = v.get('mle_stopped_at')
+    mle = (f"the MLE control is base v{c['cycle']} + next-token training allowed {v['mle_iters']} iterations (the "
+           f"cycle's {v['cycle_flops']:.3g} FLOPs)" + (f", stopped at {stop} and kept iteration {v['mle_best_iter']} "
+                                                        f"(best val loss)" if stop is not None else ''))
+    labels = '; '.join(f"against {CONTROL_NAMES[k]}: boundary error **{x['boundary_error']}**, two-sample test "
+                       f"**{x['c2st'] or '–'}**, perplexity **{x['perplexity']}**" for k, x in vd.items())
+    return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`; {mle}; matched temperature "
+            f"T* = {m['temperature']:.3f}{where}): {labels}. "
+            + ("The cycle beats every control." if beats_every_control(vd) else
+               "The cycle does not beat every control."), '']
 
 
 def write_report(out, C, current):
@@ -528,7 +567,9 @@ def write_report(out, C, current):
     lines = ['# Adversarial self-play report', '', f"Run directory `{out}`; config in `config.json`. Every figure "
              f"below is measured by the same instruments: the referee `{C.referee_path or 'base_model_v1.pt'}` gives "
              f"MAUVE's features and the frozen trunk of every fresh judge ({C.judge_seeds} seeds per point, each on "
-             f"its own crossover data, selected on one half of its held-out data and reported on the other); "
+             f"its own crossover data, selected on one half of its held-out data and reported on the other; "
+             f"'blind': every judge kept its untrained start); a TF-IDF logistic regression that reads no model "
+             f"tells samples from natural windows (two-sample AUC, mean ± sd over 5 folds); "
              f"{C.eval_num_samples} samples per point at temperature {C.sample_temperature}, from prompts disjoint "
              f"from the natural reference windows. ↑/↓: which way is closer to natural text. How to read it: "
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
@@ -554,6 +595,8 @@ def write_report(out, C, current):
         lines.append(point_row(f"**base v{n + 1} ({C.trainer.upper()})**", c['arm']))
         if 'mle' in c:
             lines.append(point_row(f"MLE control (base v{n} + next-token training)", c['mle']))
+        if 'judge_off' in c:
+            lines.append(point_row(f"judge-off control (GRPO, constant reward)", c['judge_off']))
         for e in sorted(c['sweep'], key=lambda e: e['temperature']):
             lines.append(point_row(f"base v{n} at T = {e['temperature']}", e))
         lines.append('')
@@ -579,22 +622,25 @@ def _plt():
 
 
 def plot_quality_diversity(cycles, png):
-    """Per cycle: the previous base's temperature curve, the GRPO version and the MLE control, in two planes."""
+    """Per cycle: the previous base's temperature curve, the new version and its controls, in three planes."""
     plt = _plt()
-    fig, axes = plt.subplots(len(cycles), 2, figsize=(11, 4 * len(cycles)), squeeze=False)
+    fig, axes = plt.subplots(len(cycles), 3, figsize=(16, 4 * len(cycles)), squeeze=False)
     planes = (('sample_entropy', 'fresh_judge_boundary_error', 'fresh-judge boundary error (↑ closer to natural)'),
+              ('sample_entropy', 'c2st_auc', 'two-sample AUC (↓ closer to natural)'),
               ('distinct_4_tokens', 'unknown_word_rate', 'unknown-word rate (↓ closer to natural)'))
     for row, c in zip(axes, cycles):
         sweep = sorted(c['sweep'], key=lambda e: e['temperature'])
         for ax, (x, y, ylabel) in zip(row, planes):
-            err = [e.get(y + '_sd', 0) for e in sweep] if y == 'fresh_judge_boundary_error' else None
+            if any(y not in e for e in sweep):
+                continue
+            err = [e.get(y + '_sd', 0) for e in sweep] if y + '_sd' in sweep[0] else None
             ax.errorbar([e[x] for e in sweep], [e[y] for e in sweep], yerr=err, marker='o', capsize=3,
                         label=f"base v{c['cycle']}, temperature sweep")
             for e in sweep:
                 ax.annotate(f"T={e['temperature']}", (e[x], e[y]), textcoords='offset points', xytext=(4, 4),
                             fontsize=8)
             for e, label, marker in ((c['arm'], f"base v{c['cycle'] + 1} (the cycle's)", 's'),
-                                     (c.get('mle'), 'MLE control', '^')):
+                                     (c.get('mle'), 'MLE control', '^'), (c.get('judge_off'), 'judge-off control', 'v')):
                 if e:
                     ax.errorbar([e[x]], [e[y]], yerr=[e.get(y + '_sd', 0)] if err else None, marker=marker,
                                 capsize=3, linestyle='none', label=label)

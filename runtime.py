@@ -3,6 +3,7 @@ Device, precision and DDP set-up shared by the training and generation scripts, 
 (RANK set) each process joins the group; CUDA gets autocast, the CPU plain float32.
 """
 
+import hashlib
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -88,3 +89,55 @@ def broadcast_stop(stop, rt):
     flag = torch.tensor([int(stop)], device=rt.device)
     dist.broadcast(flag, 0)
     return bool(flag.item())
+
+
+# -----------------------------------------------------------------------------
+# resume state: what a trainer needs to continue an interrupted run exactly (GRPO and SPIN)
+
+def resume_file(out_path, rank=0):
+    """Where an interrupted run keeps its state: beside its output, one file per DDP rank."""
+    stem = os.path.splitext(out_path)[0]
+    return f"{stem}_resume.pt" if rank == 0 else f"{stem}_resume.rank{rank}.pt"
+
+
+def run_signature(config, input_paths):
+    """What a resume state must match: the run's settings (all but resume itself and max_steps, which a resumed run
+    may extend) and the sha256 of its input files' bytes."""
+    h = hashlib.sha256()
+    for path in input_paths:
+        with open(path, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                h.update(block)
+    settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps')}
+    return {'settings': settings, 'inputs': h.hexdigest()}
+
+
+def save_resume_state(path, state):
+    """Write the state atomically (temp name, then rename): a kill mid-write leaves the previous state."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_resume_state(path, signature):
+    """The saved state of an interrupted run, or None when there is none. One written with other settings or inputs
+    is never continued (that would mix two runs): the run starts afresh, says so, and replaces it at its next save."""
+    if not os.path.isfile(path):
+        return None
+    state = torch.load(path, map_location='cpu', weights_only=True)
+    if state.get('signature') != signature:
+        print(f"not resuming: {path} was written by a run with other settings or inputs; starting afresh")
+        return None
+    return state
+
+
+def rng_states(np_rng, *generators):
+    """The states of a numpy Generator and torch Generators (None entries skipped), to store in a resume state."""
+    return {'numpy': np_rng.bit_generator.state, 'torch': [g.get_state() if g is not None else None for g in generators]}
+
+
+def set_rng_states(states, np_rng, *generators):
+    np_rng.bit_generator.state = states['numpy']
+    for g, s in zip(generators, states['torch']):
+        if g is not None:
+            g.set_state(s)

@@ -17,7 +17,8 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint, save_checkpoint
+from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
+                   save_checkpoint, update_checkpoint)
 from runtime import broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 
@@ -231,7 +232,9 @@ def main(argv):
             stopper.step(losses['val'])
             if losses['val'] < best_val_loss or C.always_save_checkpoint:
                 best_val_loss = min(best_val_loss, losses['val'])
-                if iter_num > start_iter:
+                # a run from a checkpoint keeps its start when no later evaluation beats it (continued training that
+                # only got worse returns the model it started from); a resume's start is already on disk
+                if iter_num > start_iter or C.init_from != 'resume':
                     save(losses)
             if stopper.should_stop:
                 stop, stop_reason = True, (f"early stopping: val loss did not improve by {C.min_delta} "
@@ -266,6 +269,9 @@ def main(argv):
     bar.close()
 
     if rt.master:
+        ckpt_path = os.path.join(C.out_dir, 'ckpt.pt')
+        if os.path.exists(ckpt_path):  # where the run ended, beside the iteration of the checkpoint it kept
+            update_checkpoint(ckpt_path, stopped_at=iter_num, stop_reason=stop_reason)
         elapsed = time.time() - t_start
         trained = iter_num - start_iter
         print(f"done: {trained} iterations in {elapsed:.1f}s ({trained * tokens_per_iter / max(elapsed, 1e-9):,.0f} "

@@ -40,9 +40,10 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs, softmax_entropy
+from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs, softmax_entropy
 from reward_data_config import TokenizationInfo
-from runtime import all_reduce_mean, broadcast_stop, setup_runtime
+from runtime import (all_reduce_mean, broadcast_stop, load_resume_state, resume_file, rng_states, run_signature,
+                     save_resume_state, set_rng_states, setup_runtime)
 from tokenization_manager import TokenizationManager
 from train import resolve_data_dir
 from train_reward_model import judge_loss, pair_accuracy, pairwise_loss, reward_metrics
@@ -60,6 +61,7 @@ min_prompt_len = 1
 max_prompt_len = 0  # 0: block_size // 2
 temperature = 1.0
 top_k = None
+sampler = 'auto'  # GPT.generate's decode loop: 'auto' (a CUDA graph on CUDA), 'eager', 'static', 'graph', 'compile'
 # objective
 scale_rewards = 'group'  # 'group', 'batch' or 'none'
 token_advantages = False  # a token judge only: per-token advantages from its per-position P(natural)
@@ -88,11 +90,15 @@ judge_steps = 4  # judge optimizer steps per update
 judge_learning_rate = 1e-3
 judge_batch_size = 64
 judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the judge keeps what it caught before
+# the judge-off ablation: every reward is the constant 0.5, so every advantage is 0 and only the KL anchor and the
+# NLL term move the policy (the same trainer, settings and compute with the judge's signal removed)
+judge_off = False
 # real text in the loss (TextGAIL keeps human text in its RL buffer; SPIN's fix for falling likelihoods): this weight
 # times the next-token loss of the corpus' own continuation of each step's prompts (0: the seed's pure GRPO)
 nll_weight = 0.0
 # evaluation
-eval_interval = 20
+eval_interval = 20  # also how often the resume state is written
+resume = False  # continue an interrupted run from <out stem>_resume.pt when its settings and inputs match
 ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
 num_log_samples = 2
 # system
@@ -334,6 +340,8 @@ def main(argv):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
     if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1:
         raise UserError("num_generations must be >= 2, temperature > 0 and num_iterations >= 1")
+    if C.sampler not in SAMPLERS:
+        raise UserError(f"sampler must be one of {', '.join(SAMPLERS)}, got {C.sampler!r}")
     if C.judge_update_interval < 0 or C.judge_steps < 1 or C.judge_replay < 0 or C.judge_batch_size < 1:
         raise UserError("judge_update_interval and judge_replay must be >= 0, judge_steps and judge_batch_size >= 1")
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
@@ -344,7 +352,7 @@ def main(argv):
         raise UserError(f"token_advantages needs a token judge; {C.reward_model_path} pools by "
                         f"'{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
     judge_path = os.path.splitext(C.out_path)[0] + '_judge.pt'
-    judge_opt, replay, judge_flops = None, deque(maxlen=C.judge_replay + 1), 0
+    judge_opt, judge_gen, replay, judge_flops = None, None, deque(maxlen=C.judge_replay + 1), 0
     judge_loss_kind = rm_ckpt.get('config', {}).get('loss', 'mse')  # the judge keeps the loss it was trained with
     if C.judge_update_interval:
         reward_model.reward_head.requires_grad_(True)
@@ -362,9 +370,9 @@ def main(argv):
     n_prompts = C.prompts_per_step // rt.world_size
     max_completion = N - C.min_prompt_len
     log_path = os.path.splitext(C.out_path)[0] + '_log.jsonl'
-    if rt.master:
-        os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
-        open(log_path, 'w').close()
+    state_path = resume_file(C.out_path, rt.rank)
+    signature = run_signature(vars(C), [C.policy_path, C.reward_model_path])
+    state = load_resume_state(state_path, signature) if C.resume else None
 
     def val_ppl():
         return evaluate_perplexity(policy, val, N, batch_size=32, ctx=rt.ctx, max_tokens=C.ppl_max_tokens)[1]
@@ -393,14 +401,49 @@ def main(argv):
 
     history, reward_ma = [], deque(maxlen=C.reward_window)
     stopper = EarlyStopping(C.patience, C.min_delta, 'max')
-    ppl_start = val_ppl() if rt.master else None
+    last_ok_state, last_ok_step, stop_reason, step, first_step = None, 0, 'max_steps', 0, 0
+    if state is None:
+        ppl_start = val_ppl() if rt.master else None
+    else:  # everything the next step reads, as the interrupted run left it after its step state['step'] - 1
+        policy.load_state_dict(state['policy'])
+        optimizer.load_state_dict(state['optimizer'])
+        if reference is not None:
+            reference.load_state_dict(state['reference'])
+        if judge_opt is not None:
+            reward_model.reward_head.load_state_dict(state['judge'])
+            judge_opt.load_state_dict(state['judge_optimizer'])
+            replay.extend(tuple(None if t is None else t.to(rt.device) for t in r) for r in state['replay'])
+        set_rng_states(state['rng'], rng, gen, judge_gen)
+        history, ppl_start, judge_flops = state['history'], state['ppl_start'], state['judge_flops']
+        reward_ma.extend(state['reward_ma'])
+        stopper.load_state_dict(state['stopper'])
+        last_ok_state, last_ok_step, first_step = state['last_ok_state'], state['last_ok_step'], state['step']
+        if first_step >= C.max_steps:
+            raise UserError(f"{state_path} is already at step {first_step}: raise max_steps to continue it")
     if rt.master:
+        os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
+        with open(log_path, 'w') as f:  # a resumed run's log holds exactly the steps it resumed with
+            f.writelines(json.dumps(row) + '\n' for row in history)
         print(f"policy {C.policy_path} ({policy.get_num_params() / 1e6:.2f}M), reward model {C.reward_model_path}; "
               f"{C.prompts_per_step} prompts x {C.num_generations} completions per step, N={N}; "
-              f"val ppl ({ppl_tokens}) at start {ppl_start:.3f}")
-    last_ok_state, last_ok_step, stop_reason, step = None, 0, 'max_steps', 0
-    bar = tqdm(total=C.max_steps, desc='grpo', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
-    for step in range(C.max_steps):
+              f"val ppl ({ppl_tokens}) at start {ppl_start:.3f}"
+              + (f"; resumed at step {first_step} from {state_path}" if state else '')
+              + ('; judge OFF: constant reward, zero advantages' if C.judge_off else ''))
+
+    def save_state(step):
+        """Everything an exact continuation needs after this step (each rank its own draws and replay)."""
+        save_resume_state(state_path, dict(
+            signature=signature, step=step, policy=policy.state_dict(), optimizer=optimizer.state_dict(),
+            reference=reference.state_dict() if reference is not None else None,
+            judge=reward_model.reward_head.state_dict() if judge_opt is not None else None,
+            judge_optimizer=judge_opt.state_dict() if judge_opt is not None else None,
+            replay=[tuple(r) for r in replay], rng=rng_states(rng, gen, judge_gen), history=history,
+            ppl_start=ppl_start, judge_flops=judge_flops, reward_ma=list(reward_ma), stopper=stopper.state_dict(),
+            last_ok_state=last_ok_state, last_ok_step=last_ok_step))
+
+    bar = tqdm(total=C.max_steps, initial=first_step, desc='grpo', disable=not rt.master, dynamic_ncols=True,
+               mininterval=2.0)
+    for step in range(first_step, C.max_steps):
         lr = warmup_lr(optimizer, C.learning_rate, C.warmup_steps, step)
         # 1. rollouts: G completions per prompt, all rows advancing together in one cached batch
         t0 = time.time()
@@ -408,7 +451,8 @@ def main(argv):
         prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
         lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
         with rt.ctx:
-            seqs = policy.generate(prompt_t, N - hi, C.temperature, C.top_k, prompt_lengths=lengths_t, generator=gen)
+            seqs = policy.generate(prompt_t, N - hi, C.temperature, C.top_k, prompt_lengths=lengths_t, generator=gen,
+                                   sampler=C.sampler)
         t1 = time.time()
         # 2. rewards and advantages; the judge's figures on these rollouts, which it has not seen yet
         with torch.no_grad(), rt.ctx:
@@ -418,6 +462,8 @@ def main(argv):
         judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
         # a token judge rewards the completion's own positions; a pooled judge's one figure is the reward
         rewards = (judged * generated).sum(1) / generated.sum(1) if judged.dim() == 2 else p_natural
+        if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
+            rewards, judged = torch.full_like(rewards, 0.5), torch.full_like(judged, 0.5)
         advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
         if C.token_advantages:
             advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards)
@@ -513,6 +559,8 @@ def main(argv):
                 f.write(json.dumps(row) + '\n')
         if broadcast_stop(stop, rt):
             break
+        if (step + 1) % C.eval_interval == 0 and step + 1 < C.max_steps:
+            save_state(step + 1)
     bar.close()
     if rt.master:
         if stop_reason.startswith('max_kl'):  # keep the last policy under the cap: its KL is its own rollouts'
@@ -527,7 +575,7 @@ def main(argv):
                 with torch.no_grad(), rt.ctx:
                     logps = token_logprobs(policy, seqs, C.temperature)[0]
                 final_kl = float((k3_kl(logps, ref_logps) * mask).sum() / mask.sum())
-        save(final_step, stop_reason, final_kl=final_kl, final_val_ppl=final_ppl)
+        save(final_step, stop_reason, final_kl=final_kl, final_val_ppl=final_ppl, judge_off=C.judge_off)
         first = [h['reward'] for h in history[:10]]
         last = [h['reward'] for h in history[-10:]]
         t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
@@ -540,6 +588,8 @@ def main(argv):
         plot_history(history, plot_path)
         print("time: " + ', '.join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in t.items())
               + f"; saved {C.out_path}, log {log_path}, plot {plot_path}")
+    if os.path.exists(state_path):  # finished: nothing left to resume
+        os.remove(state_path)
     rt.close()
 
 

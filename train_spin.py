@@ -33,7 +33,8 @@ from tqdm import tqdm
 from configurator import UserError, config_defaults, configure, run_cli
 from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint
 from reward_data_config import TokenizationInfo
-from runtime import all_reduce_mean, setup_runtime
+from runtime import (all_reduce_mean, load_resume_state, resume_file, rng_states, run_signature, save_resume_state,
+                     set_rng_states, setup_runtime)
 from train_grpo import completion_mask, prompts_and_splits, sample_windows, token_logprobs, warmup_lr
 
 # -----------------------------------------------------------------------------
@@ -57,7 +58,8 @@ beta1 = 0.9
 beta2 = 0.99
 grad_clip = 1.0
 warmup_steps = 10
-eval_interval = 20
+eval_interval = 20  # also how often the resume state is written
+resume = False  # continue an interrupted run from <out stem>_resume.pt when its settings and inputs match
 eval_prompts = 64  # held-out val prompts of the margin measured every eval_interval steps
 ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
 device = 'auto'
@@ -157,16 +159,30 @@ def main(argv):
     # compute of one step: the opponent's generation, the reference's and the policy's passes over both rows
     flops_per_step = n_rows * rt.world_size * N * (policy.flops_per_token() + 2 * reference.flops_per_token()
                                                     + 2 * policy.flops_per_token(backward=True))
-    history = []
-    start = heldout() if rt.master else None
+    history, first_step = [], 0
+    state_path = resume_file(C.out_path, rt.rank)
+    signature = run_signature(vars(C), [C.policy_path] + [p for p in C.opponent_paths.split(',') if p])
+    state = load_resume_state(state_path, signature) if C.resume else None
+    if state is None:
+        start = heldout() if rt.master else None
+    else:  # the opponents are their files (checked by the signature); the previous iterate is also the reference
+        policy.load_state_dict(state['policy'])
+        optimizer.load_state_dict(state['optimizer'])
+        reference.load_state_dict(state['reference'])
+        set_rng_states(state['rng'], rng, gen)
+        history, start, first_step = state['history'], state['start'], state['step']
+        if first_step >= C.max_steps:
+            raise UserError(f"{state_path} is already at step {first_step}: raise max_steps to continue it")
     if rt.master:
         os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
-        open(log_path, 'w').close()
+        with open(log_path, 'w') as f:  # a resumed run's log holds exactly the steps it resumed with
+            f.writelines(json.dumps(row) + '\n' for row in history)
         print(f"policy {C.policy_path} ({policy.get_num_params() / 1e6:.2f}M), {len(opponents) - 1} earlier "
               f"opponents; {C.batch_size} pairs per step, N={N}, beta {C.beta}, {C.loss_type} loss, NLL weight "
               f"{C.nll_weight}; held-out margin at start {start['heldout_margin']:.3f}, val ppl {start['val_ppl']:.3f}")
-    bar = tqdm(total=C.max_steps, desc='spin', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
-    for step in range(C.max_steps):
+    bar = tqdm(total=C.max_steps, initial=first_step, desc='spin', disable=not rt.master, dynamic_ncols=True,
+               mininterval=2.0)
+    for step in range(first_step, C.max_steps):
         lr = warmup_lr(optimizer, C.learning_rate, C.warmup_steps, step)
         t0 = time.time()
         windows, lengths = sample_windows(train, n_rows, C.min_prompt_len, hi, N, rng)
@@ -197,9 +213,13 @@ def main(argv):
                 tqdm.write(f"step {step + 1}: loss {row['loss']:.4f}, margin {row['margin']:.3f} (held out "
                            f"{row['heldout_margin']:.3f}), log p real {row['heldout_logp_real']:.2f}, generated "
                            f"{row['heldout_logp_generated']:.2f}, val ppl {row['val_ppl']:.3f}")
-            history.append(row)
             with open(log_path, 'a') as f:
                 f.write(json.dumps(row) + '\n')
+        history.append(row)
+        if (step + 1) % C.eval_interval == 0 and step + 1 < C.max_steps:
+            save_resume_state(state_path, dict(
+                signature=signature, step=step + 1, policy=policy.state_dict(), optimizer=optimizer.state_dict(),
+                reference=reference.state_dict(), rng=rng_states(rng, gen), history=history, start=start))
     bar.close()
     if rt.master:
         end = history[-1]
@@ -212,6 +232,8 @@ def main(argv):
               f"{end['heldout_logp_real']:.2f}, generated {start['heldout_logp_generated']:.2f} -> "
               f"{end['heldout_logp_generated']:.2f}; val ppl {start['val_ppl']:.3f} -> {end['val_ppl']:.3f}; "
               f"{flops_per_step * len(history):.3g} FLOPs; saved {C.out_path}, log {log_path}")
+    if os.path.exists(state_path):  # finished: nothing left to resume
+        os.remove(state_path)
     rt.close()
 
 

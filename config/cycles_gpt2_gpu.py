@@ -1,6 +1,8 @@
-# GPT-2 small as the base, GPT-2 BPE on Shakespeare's complete works, for one 80 GB CUDA GPU. UNTESTED here: the
-# machine this repository is developed on has no GPU; the pieces it chains (GPT-2 loading, BPE cycle, bf16 autocast
-# and torch.compile in train.py) are each tested on CPU. python run_cycles.py config/cycles_gpt2_gpu.py
+# GPT-2 small as the base, GPT-2 BPE on Shakespeare's complete works, for one 80 GB CUDA GPU, with all three controls
+# per cycle (MLE with early stopping, temperature sweep, judge-off). NOT YET RUN on a GPU: the pieces it chains
+# (GPT-2 loading, BPE cycle, bf16 autocast, torch.compile in train.py, the CUDA-graph sampler's step) are each tested
+# on CPU. python run_cycles.py config/cycles_gpt2_gpu.py; the seed's frozen judge: add config/arm_frozen_judge.py.
+# Without a hub (an offline GPU machine), init_from takes a local directory written by save_pretrained.
 # Needs the weights once, online: python -c "from transformers import GPT2LMHeadModel as M; M.from_pretrained('gpt2')"
 out_dir = 'runs/cycles_gpt2_gpu'
 num_cycles = 4
@@ -9,7 +11,9 @@ device = 'cuda'
 init_from = 'gpt2'  # 124M; 'gpt2-medium' (350M) fits too at batch_size 16
 compile = True
 
-# base v1: GPT-2 fine-tuned on the complete works (1.40 M BPE tokens in train), stopped early when val loss stalls
+# base v1: GPT-2 fine-tuned on the complete works (1.40 M BPE tokens in train), stopped early when val loss stalls;
+# 600 x 64 x 256 tokens is 7 epochs of the split, so GPT-2's own dropout (0.1) is kept (not yet measured)
+dropout = 0.1
 block_size = 256
 batch_size = 64
 base_max_iters = 600

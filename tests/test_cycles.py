@@ -70,7 +70,8 @@ TINY_CYCLE = ['--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--
               '--base_eval_interval=10', '--reward_max_blocks=10', '--reward_max_iters=60', '--grpo_max_steps=4',
               '--grpo_prompts_per_step=2', '--grpo_num_generations=4', '--eval_num_samples=16', '--judge_max_blocks=8',
               '--judge_max_iters=40', '--control_temperatures=0.8,1.0', '--device=cpu']
-ARTEFACTS = ('base_model_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v', 'sweep_v', 'verdict_v')
+ARTEFACTS = ('base_model_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v', 'sweep_v', 'verdict_v',
+             'judgeoff_v')
 
 
 def cycles(out, data, *extra):
@@ -111,7 +112,8 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     for n in (1, 2):
         for name in (f'reward_data_v{n}', f'reward_model_v{n}.pt', f'base_model_v{n + 1}.pt', f'eval_v{n + 1}.json',
                      f'grpo_v{n}_log.jsonl', f'mle_v{n + 1}.pt', f'eval_mle_v{n + 1}.json', f'sweep_v{n}.json',
-                     f'verdict_v{n}.json'):
+                     f'verdict_v{n}.json', f'judgeoff_v{n + 1}.pt', f'judgeoff_v{n}_log.jsonl',
+                     f'eval_judgeoff_v{n + 1}.json'):
             assert (out / name).exists(), name
     assert not list(out.glob('*.partial')) and not list(out.glob('*.work'))
     report = (out / 'report.md').read_text()
@@ -120,14 +122,21 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     e = json.loads((out / 'eval_v2.json').read_text())[0]
     assert {'val_perplexity', 'val_window_cross_entropy', 'mauve', 'mauve_sd', 'distinct_4_tokens', 'sample_entropy',
             'mean_p_natural', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_r2',
-            'unknown_word_rate', 'natural_unknown_word_rate'} <= set(e)
+            'unknown_word_rate', 'natural_unknown_word_rate', 'c2st_auc', 'c2st_auc_sd', 'c2st_accuracy',
+            'fresh_judge_blind', 'fresh_judge_blind_count'} <= set(e)
+    assert e['c2st_n'] == 5 and 0 <= e['c2st_auc'] <= 1 and all('blind' in r for r in e['fresh_judge_runs'])
     assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
     sweep = json.loads((out / 'sweep_v1.json').read_text())
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]
     v = json.loads((out / 'verdict_v1.json').read_text())
-    labels = {'better', 'indistinguishable', 'worse'}
-    assert {v['verdicts'][c][m] for c in ('mle', 'temperature') for m in ('boundary_error', 'perplexity')} <= labels
+    labels = {'better', 'indistinguishable', 'worse', 'blind'}
+    controls = ('mle', 'temperature', 'judge_off')
+    assert {v['verdicts'][c][m] for c in controls for m in ('boundary_error', 'perplexity', 'c2st')} <= labels
     assert v['mle_iters'] >= 1 and v['cycle_flops'] > 0
+    # the MLE control kept its best val checkpoint within its allowance, and says where it stopped
+    assert 0 <= v['mle_best_iter'] <= v['mle_stopped_at'] <= v['mle_iters'] and v['mle_stop_reason']
+    assert load_checkpoint(str(out / 'judgeoff_v2.pt'))['metrics']['judge_off']
+    assert 'judge-off control' in report and 'two-sample AUC' in report and 'against the judge-off control' in report
     assert 'finished: num_cycles (2)' in stdout
     assert_consistent(out)
 
@@ -154,7 +163,7 @@ def test_fresh_judges_and_mauve_use_the_referee_trunk(cycle_run):
     assert referee != trunk_signature(load_checkpoint(str(out / 'mle_v2.pt'))['model'])
     points = [p for f in out.glob('*.json') if f.name.startswith(('eval_', 'sweep_'))
               for p in json.loads(f.read_text())]
-    assert len(points) == 7  # v1, v2, v3, two MLE controls, two sweep points
+    assert len(points) == 9  # v1, v2, v3, two MLE controls, two judge-off controls, two sweep points
     for p in points:
         assert p['referee_trunk'] == referee and p['referee'] == str(out / 'base_model_v1.pt')
         assert [r['trunk'] for r in p['fresh_judge_runs']] == [referee] * 3

@@ -353,3 +353,65 @@ def test_online_pairwise_judge_learns_to_rank_the_prompts_own_continuation_first
     assert np.mean([x['judge_pair_accuracy'] for x in h[-10:]]) > 0.8
     assert np.mean([x['judge_loss'] for x in h[-10:]]) < np.mean([x['judge_loss'] for x in h[:3]])
     assert load_checkpoint(str(d / 'pairwise_judge.pt'))['config']['loss'] == 'pairwise'
+
+
+def same_weights(a, b):
+    sa, sb = load_checkpoint(str(a))['model'], load_checkpoint(str(b))['model']
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_judge_off_zeroes_the_policy_gradient(tmp_path, known_answer_run, char_ckpt, char_data):
+    """The judge-off ablation against the judge that GRPO learns from (known_answer_run raises its reward): every
+    reward is 0.5 and every advantage 0, so with no NLL term the policy gradient and the KL's gradient at the
+    reference are exactly 0 and the policy does not move; the NLL term alone then moves it."""
+    d, _ = known_answer_run
+    args = ['train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}',
+            f'--dataset={char_data}', '--device=cpu', '--max_steps=6', '--learning_rate=3e-3', '--warmup_steps=1',
+            '--eval_interval=6', '--beta=0.04', '--num_iterations=2', '--judge_off=True']
+    r = run_script(*args, f'--out_path={tmp_path / "off.pt"}')
+    assert r.returncode == 0 and 'judge OFF' in r.stdout, r.stderr[-2000:]
+    off = load_checkpoint(str(tmp_path / 'off.pt'))
+    assert same_weights(tmp_path / 'off.pt', char_ckpt) and off['metrics']['judge_off']
+    h = off['metrics']['history']
+    assert all(x['reward'] == 0.5 and x['kl'] == 0.0 and x['frac_reward_zero_std'] == 1.0 for x in h)
+    assert any(x['judge_r2'] != h[0]['judge_r2'] for x in h)  # the judge still scored each step's rollouts
+    r = run_script(*args, f'--out_path={tmp_path / "off_nll.pt"}', '--nll_weight=1.0')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not same_weights(tmp_path / 'off_nll.pt', char_ckpt)
+
+
+def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, monkeypatch):
+    """A run killed right after its resume state was written (step 3 of 7) and restarted with --resume=True ends
+    with the same policy, online judge and log as the run that was never stopped: policy, optimizer, reference,
+    judge head, its optimizer and replay, and every generator's state come back. Settings or inputs that differ
+    are never resumed."""
+    import train_grpo
+    d = judge_case
+    args = [f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}', '--device=cpu',
+            '--max_steps=7', '--learning_rate=3e-3', '--warmup_steps=2', '--eval_interval=3', '--prompts_per_step=4',
+            '--num_generations=2', '--reward_threshold=2.0', '--judge_update_interval=1', '--judge_steps=2',
+            '--judge_learning_rate=1e-2', '--nll_weight=1.0', '--num_iterations=2', '--resume=True']
+    r = run_script('train_grpo.py', *args, f'--out_path={d / "whole.pt"}')
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    def save_then_die(path, state):
+        save_resume_state(path, state)
+        raise KeyboardInterrupt  # the kill, right after the state of step 3 is on disk
+    save_resume_state = train_grpo.save_resume_state
+    monkeypatch.setattr(train_grpo, 'save_resume_state', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
+    assert (tmp_path / 'cut_resume.pt').exists()
+    r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}')
+    assert r.returncode == 0 and 'resumed at step 3' in r.stdout, r.stderr[-2000:]
+    assert not (tmp_path / 'cut_resume.pt').exists()
+    assert same_weights(d / 'whole.pt', tmp_path / 'cut.pt')
+    assert same_weights(d / 'whole_judge.pt', tmp_path / 'cut_judge.pt')
+    steps = lambda p: [(x['step'], x['reward'], x['loss']) for x in map(json.loads, open(p))]  # noqa: E731
+    assert steps(d / 'whole_log.jsonl') == steps(tmp_path / 'cut_log.jsonl')
+    # a state written with other settings is not continued
+    monkeypatch.setattr(train_grpo, 'save_resume_state', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
+    r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}', '--learning_rate=1e-3')
+    assert r.returncode == 0 and 'not resuming' in r.stdout and 'resumed at' not in r.stdout, r.stderr[-2000:]

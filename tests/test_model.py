@@ -157,6 +157,35 @@ def test_sampler_top_k_1_is_greedy_and_rejects_nan():
         sample_next_token(logits)
 
 
+@pytest.mark.parametrize('sampler', ['static', 'compile'])
+def test_static_and_compiled_decode_draw_the_eager_tokens(sampler):
+    """The step a CUDA graph records (fixed buffers, a position tensor, uniforms drawn outside it), run eagerly or
+    through torch.compile on CPU, draws the eager path's tokens from the same generator state, with the same
+    entropies, per-row prompt lengths and top-k; what the graph replays on CUDA is this step."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=48, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 50, (5, 10), generator=torch.Generator().manual_seed(0))
+    lengths = torch.tensor([1, 4, 10, 6, 2])
+    for kw in (dict(), dict(temperature=0.7, top_k=5, prompt_lengths=lengths, entropy=True)):
+        eager = m.generate(idx, 38, generator=torch.Generator().manual_seed(3), sampler='eager', **kw)
+        fast = m.generate(idx, 38, generator=torch.Generator().manual_seed(3), sampler=sampler, **kw)
+        if kw:
+            assert torch.allclose(eager[1], fast[1], atol=1e-5)
+            eager, fast = eager[0], fast[0]
+            assert all(torch.equal(fast[b, :L], idx[b, :L]) for b, L in enumerate(lengths.tolist()))
+        assert fast.shape == (5, 48) and torch.equal(eager, fast)
+
+
+def test_static_decode_rejects_nan_after_the_loop():
+    m = tiny()
+    with torch.no_grad():
+        m.transformer.h[0].mlp.c_fc.bias[0] = float('nan')
+    with pytest.raises(ValueError, match='non-finite'):
+        m.generate(torch.zeros(2, 2, dtype=torch.long), 5, sampler='static')
+    with pytest.raises(ValueError, match='sampler must be one of'):
+        m.generate(torch.zeros(2, 2, dtype=torch.long), 5, sampler='fast')
+
+
 def save(m, path, **kw):
     save_checkpoint(str(path), m, iter_num=3, best_val_loss=1.5, config={'a': 1},
                     tokenization={'method': 'char', 'vocab_size': 50, 'meta_path': None}, **kw)

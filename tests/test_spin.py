@@ -55,3 +55,27 @@ def test_spin_plays_against_earlier_iterates(tmp_path, char_ckpt, char_data, bpe
                        f'--out_path={tmp_path / "bad.pt"}', '--max_steps=1', *extra)
         assert r.returncode == 2 and 'Traceback' not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / 'bad.pt').exists()
+
+
+def test_interrupted_spin_resumes_to_the_uninterrupted_policy(tmp_path, char_ckpt, char_data, monkeypatch):
+    """Killed right after its resume state of step 2 was written and restarted, SPIN ends with the policy of the run
+    that was never stopped."""
+    import train_spin
+    args = [f'--policy_path={char_ckpt}', f'--dataset={char_data}', '--device=cpu', '--batch_size=4',
+            '--eval_prompts=8', '--ppl_max_tokens=1000', '--max_steps=5', '--eval_interval=2', '--learning_rate=1e-3',
+            '--nll_weight=1.0', '--resume=True']
+    r = run_script('train_spin.py', *args, f'--out_path={tmp_path / "whole.pt"}')
+    assert r.returncode == 0, r.stderr[-2000:]
+    save_resume_state = train_spin.save_resume_state
+
+    def save_then_die(path, state):
+        save_resume_state(path, state)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train_spin, 'save_resume_state', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_spin.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
+    r = run_script('train_spin.py', *args, f'--out_path={tmp_path / "cut.pt"}')
+    assert r.returncode == 0 and not (tmp_path / 'cut_resume.pt').exists(), r.stderr[-2000:]
+    a, b = load_checkpoint(str(tmp_path / 'whole.pt')), load_checkpoint(str(tmp_path / 'cut.pt'))
+    assert all(torch.equal(a['model'][k], b['model'][k]) for k in a['model'])
+    assert [h['loss'] for h in a['metrics']['history']] == [h['loss'] for h in b['metrics']['history']]

@@ -91,3 +91,18 @@ def test_bpe_checkpoint_trains_and_samples(bpe_ckpt):
     r = run_script('sample.py', f'--ckpt_path={bpe_ckpt}', '--start=The king', '--num_samples=1',
                    '--max_new_tokens=5', '--device=cpu')
     assert r.returncode == 0 and r.stdout.startswith('The king')
+
+
+def test_continued_training_keeps_its_best_checkpoint_even_the_start(tmp_path, char_data, char_ckpt):
+    """The MLE control's rule: from a checkpoint, with the base's early stopping and only improvements saved, a run
+    whose every step makes val loss worse (a huge learning rate) stops after `patience` evaluations and keeps the
+    model it started from; the checkpoint says where it stopped and why."""
+    out = tmp_path / 'worse'
+    r = run_script('train.py', f'--dataset={char_data}', f'--out_dir={out}', f'--init_from={char_ckpt}',
+                   '--max_iters=40', '--eval_interval=5', '--eval_iters=2', '--batch_size=8', '--block_size=32',
+                   '--learning_rate=1.0', '--decay_lr=False', '--always_save_checkpoint=False', '--patience=2',
+                   '--min_delta=0.002', '--device=cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    kept, start = load_checkpoint(str(out / 'ckpt.pt')), load_checkpoint(char_ckpt)
+    assert kept['iter_num'] == 0 and kept['stopped_at'] == 10 and kept['stop_reason'].startswith('early stopping')
+    assert all(torch.equal(kept['model'][k], start['model'][k]) for k in start['model'])
