@@ -271,7 +271,7 @@ class GPT(nn.Module):
         (B, total - start) the entropy (nats) of the law each position was drawn from (an evaluation reads the
         sampler's diversity here instead of running the model again over its samples).
         sampler: how the decode steps run, drawing the same tokens from the same generator state:
-          'eager'   a growing cache, one Python step per token (the fastest on CPU);
+          'eager'   a growing cache, one Python step per token (the CPU default);
           'static'  fixed-size buffers and a position tensor: a step that allocates nothing new and never reads
                     back to the host, the step 'graph' records (run eagerly here, on any device);
           'graph'   'static' recorded once as a CUDA graph and replayed per token (CUDA only);

@@ -12,9 +12,10 @@ controls.
 
 Prints, per arm, seed and cycle, the judge's quality on the referee's held-out crossover data (GRPO arms: base v1's
 reward data, the test half of its val split; an online judge as GRPO left it), its boundary error on each GRPO
-step's unseen rollouts, the reward, the KL, the new version as the instruments measure it and the computed verdicts
-against the MLE and temperature controls; then, per arm and cycle, the means and spreads over seeds; and draws every
-arm on cycle 1's quality-diversity plane beside base v1's temperature sweep and the MLE controls.
+step's unseen rollouts, the reward, the KL, the new version as the three referees measure it (fresh judges, the
+two-sample test, MAUVE) and the computed verdicts against the MLE, temperature and (GRPO) judge-off controls; then,
+per arm and cycle, the means and spreads over seeds; and draws every arm on cycle 1's quality-diversity plane beside
+base v1's temperature sweep and the MLE controls.
 """
 import argparse
 import json
@@ -76,6 +77,12 @@ def judge_quality(judge_path, data_dir):
     return m
 
 
+def verdict_cell(v, control):
+    """'boundary, two-sample, ppl' labels of one control ('–' where the cycle has no such control)."""
+    x = v['verdicts'].get(control)
+    return f"{x['boundary_error']}, {x.get('c2st') or '–'}, {x['perplexity']}" if x else '–'
+
+
 def arm_row(name, out, n, e, v):
     """One table row: cycle n of one arm's run, its judge and trainer, and the new version as the instruments and
     the verdict see it."""
@@ -94,9 +101,9 @@ def arm_row(name, out, n, e, v):
         seconds = sum(x['time'] for x in h)
     return (f"| {name} | {n} | {judge} | {e['val_perplexity']:.3f} | "
             f"{e['fresh_judge_boundary_error']:.2f} ± {e['fresh_judge_boundary_error_sd']:.2f} | "
+            f"{e['c2st_auc']:.3f} ± {e['c2st_auc_sd']:.3f} | "
             f"{e['mauve']:.3f} ± {e['mauve_sd']:.3f} | {e['sample_entropy']:.3f} | {e['unknown_word_rate']:.3f} | "
-            f"{v['verdicts']['mle']['boundary_error']}, {v['verdicts']['mle']['perplexity']} | "
-            f"{v['verdicts']['temperature']['boundary_error']}, {v['verdicts']['temperature']['perplexity']} | "
+            f"{verdict_cell(v, 'mle')} | {verdict_cell(v, 'temperature')} | {verdict_cell(v, 'judge_off')} | "
             f"{seconds:.0f} |")
 
 
@@ -107,10 +114,10 @@ def summary_rows(results):
         f = lambda k: (f"{np.mean([e[k] for e, _ in runs]):.3f}"  # noqa: E731
                        + (f" ± {np.std([e[k] for e, _ in runs], ddof=1):.3f}" if len(runs) > 1 else ''))
         count = lambda ctl: ', '.join(f"{k} ×{c}" for k, c in sorted(Counter(  # noqa: E731
-            f"{v['verdicts'][ctl]['boundary_error']}/{v['verdicts'][ctl]['perplexity']}" for _, v in runs).items()))
+            verdict_cell(v, ctl).replace(', ', '/') for _, v in runs).items()))
         rows.append(f"| {name} | {n} | {len(runs)} | {f('val_perplexity')} | {f('fresh_judge_boundary_error')} | "
-                    f"{f('mauve')} | {f('sample_entropy')} | {f('unknown_word_rate')} | {count('mle')} | "
-                    f"{count('temperature')} |")
+                    f"{f('c2st_auc')} | {f('mauve')} | {f('sample_entropy')} | {f('unknown_word_rate')} | "
+                    f"{count('mle')} | {count('temperature')} | {count('judge_off')} |")
     return rows
 
 
@@ -190,14 +197,14 @@ def main():
                 results.setdefault((name, n), []).append((e, v))
             print(f"{arm}, seed {seed}: done in {time.time() - t0:.0f} s", flush=True)
     print('\n| arm | cycle | its judge on held-out crossovers of the cycle\'s base: R² / boundary err (/ pair '
-          'accuracy) | judge boundary err on unseen rollouts, first 10 → last 10 | reward (SPIN: held-out margin) | KL | val ppl | fresh-judge '
-          'boundary err (↑) | MAUVE | entropy | unknown words | vs MLE (boundary, ppl) | vs temperature (boundary, '
-          'ppl) | trainer s |')
-    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
+          'accuracy) | judge boundary err on unseen rollouts, first 10 → last 10 | reward (SPIN: held-out margin) | KL | '
+          'val ppl | fresh-judge boundary err (↑) | two-sample AUC (↓) | MAUVE | entropy | unknown words | '
+          'vs MLE (boundary, two-sample, ppl) | vs temperature (same) | vs judge off (same) | trainer s |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(rows))
-    print('\n| arm | cycle | seeds | val ppl | fresh-judge boundary err (↑) | MAUVE | entropy | unknown words | '
-          'vs MLE: boundary/ppl × seeds | vs temperature: boundary/ppl × seeds |')
-    print('|---|---|---|---|---|---|---|---|---|---|')
+    print('\n| arm | cycle | seeds | val ppl | fresh-judge boundary err (↑) | two-sample AUC (↓) | MAUVE | entropy | '
+          'unknown words | vs MLE: boundary/two-sample/ppl × seeds | vs temperature (same) | vs judge off (same) |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(summary_rows(results)))
     png = a.png or os.path.join(a.out, 'arms_quality_diversity.png')
     plot_arms(results, run, outs, png)
