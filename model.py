@@ -335,13 +335,12 @@ class GPT(nn.Module):
         if sampler == 'compile':
             step = torch.compile(step, fullgraph=True, dynamic=False)
         args = (out, pos, u, plen, cache, temperature, top_k, ent, finite)
-        n_steps = total - start - 1
         if sampler in ('graph', 'compile') and device.type == 'cuda':
-            run = self._record_step(step, args, generator, n_steps)
+            run = self._graph_runner(step, args)
         else:
             def run():
                 step(*args)
-        for _ in range(n_steps):
+        for _ in range(total - start - 1):
             torch.rand(u.shape, generator=generator, device=device, out=u)
             run()
         if not bool(finite):  # the one read back to the host, after the last step
@@ -362,30 +361,30 @@ class GPT(nn.Module):
         pos.add_(1)
 
     @staticmethod
-    def _record_step(step, args, generator, n_steps):
-        """A replay of step(*args) as a CUDA graph. The step is run twice first on a side stream (allocator and
-        kernel warm-up, and torch.compile's compilation); those runs are real steps on real draws, so they are taken
-        from the n_steps to do. Autocast's weight-cast cache is off while recording: cached casts made inside a
-        capture would be freed under the graph."""
-        out, u = args[0], args[2]
-        warm = min(2, n_steps)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warm):
-                torch.rand(u.shape, generator=generator, device=out.device, out=u)
-                step(*args)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        autocast = torch.is_autocast_enabled('cuda')
-        with torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'), enabled=autocast, cache_enabled=False):
-            with torch.cuda.graph(graph):
-                step(*args)
-        calls = iter(range(n_steps))
+    def _graph_runner(step, args, warm=2):
+        """A callable that runs step(*args) once per call, on CUDA: the first `warm` calls eagerly on a side stream
+        (allocator and kernel warm-up, torch.compile's compilation), then it records the step once as a CUDA graph
+        and replays it on every later call. Each call is one real step on the uniforms its caller just drew, so the
+        draws come in the same order on every path. Autocast's weight-cast cache is off while recording: cached casts
+        made inside a capture would be freed under the graph."""
+        side, graph, calls = torch.cuda.Stream(), None, 0
 
         def run():
-            if next(calls) >= warm:  # the warm-up runs already made the first `warm` tokens
+            nonlocal graph, calls
+            if calls < warm:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    step(*args)
+                torch.cuda.current_stream().wait_stream(side)
+            else:
+                if graph is None:  # recording does not run the step: the replay below does
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'),
+                                        enabled=torch.is_autocast_enabled('cuda'), cache_enabled=False):
+                        with torch.cuda.graph(graph):
+                            step(*args)
                 graph.replay()
+            calls += 1
         return run
 
     @classmethod
