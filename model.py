@@ -541,17 +541,18 @@ def save_checkpoint(path, model, *, iter_num=0, best_val_loss=None, config=None,
     if optimizer is not None:
         ckpt['optimizer'] = optimizer.state_dict()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    _save_atomic(ckpt, path)
+    save_atomic(ckpt, path)
 
 
 def update_checkpoint(path, **fields):
     """Set top-level fields of a saved checkpoint, rewriting it atomically."""
     ckpt = load_checkpoint(path)
     ckpt.update(fields)
-    _save_atomic(ckpt, path)
+    save_atomic(ckpt, path)
 
 
-def _save_atomic(ckpt, path):
+def save_atomic(ckpt, path):
+    """torch.save under a temp name, then a rename: a kill mid-write leaves the previous file whole."""
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(ckpt, tmp)
     os.replace(tmp, path)

@@ -29,7 +29,7 @@ import time
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from evaluate import reward_data_cmd, reward_model_cmd
-from runtime import resolve_device
+from runtime import file_sha256, resolve_device
 from train import data_path
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -185,11 +185,7 @@ class Pipeline:
         st = os.stat(path)
         key = (path, st.st_size, st.st_mtime_ns)
         if key not in self._hashes:
-            h = hashlib.sha256()
-            with open(path, 'rb') as f:
-                for block in iter(lambda: f.read(1 << 20), b''):
-                    h.update(block)
-            self._hashes[key] = h.hexdigest()
+            self._hashes[key] = file_sha256(path)
         return self._hashes[key]
 
     def _manifest_path(self, name):

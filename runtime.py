@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from configurator import UserError
+from model import save_atomic
 
 
 def resolve_device(device):
@@ -100,23 +101,25 @@ def resume_file(out_path, rank=0):
     return f"{stem}_resume.pt" if rank == 0 else f"{stem}_resume.rank{rank}.pt"
 
 
+def file_sha256(path):
+    """sha256 of a file's bytes, read in 1 MiB blocks (a checkpoint need not fit in memory twice)."""
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()
+
+
 def run_signature(config, input_paths):
     """What a resume state must match: the run's settings (all but resume itself and max_steps, which a resumed run
-    may extend) and the sha256 of its input files' bytes."""
-    h = hashlib.sha256()
-    for path in input_paths:
-        with open(path, 'rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''):
-                h.update(block)
+    may extend) and the sha256 of each of its input files."""
     settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps')}
-    return {'settings': settings, 'inputs': h.hexdigest()}
+    return {'settings': settings, 'inputs': [file_sha256(p) for p in input_paths]}
 
 
 def save_resume_state(path, state):
-    """Write the state atomically (temp name, then rename): a kill mid-write leaves the previous state."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """Write the state atomically (model.save_atomic): a kill mid-write leaves the previous state."""
+    save_atomic(state, path)
 
 
 def load_resume_state(path, signature):
