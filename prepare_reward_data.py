@@ -24,8 +24,9 @@ from tqdm import tqdm
 from configurator import UserError, run_cli
 from data_loader import load_token_splits
 from model import GPT, load_checkpoint
-from reward_data_config import RewardDataConfig, TokenizationInfo, format_problems
+from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
+from tokenization_manager import TokenizationInfo
 
 FORMAT_VERSION = 3  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin; 3: the natural
 # blocks themselves in {split}_natural.bin, each sample's natural counterpart (pairwise judges)

@@ -1,41 +1,16 @@
 """
 Configuration of prepare_reward_data.py: every option in one dataclass, and a validate() that reports all problems
-at once, each with a suggested fix, before any work starts. Also TokenizationInfo, the tokenization record that
-checkpoints and reward datasets carry.
+at once, each with a suggested fix, before any work starts.
 """
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 from configurator import UserError
 from model import load_checkpoint
 from runtime import resolve_device
-
-
-@dataclass
-class TokenizationInfo:
-    method: str
-    vocab_size: int
-    meta_path: Optional[str] = None
-
-    @classmethod
-    def from_dict(cls, d):
-        return cls(d['method'], int(d['vocab_size']), d.get('meta_path'))
-
-    def to_dict(self):
-        return asdict(self)
-
-    def differences(self, other):
-        """What makes two tokenizations incompatible (method, vocab size); meta paths may legitimately differ."""
-        return [f"{name}: {getattr(self, name)!r} vs {getattr(other, name)!r}"
-                for name in ('method', 'vocab_size') if getattr(self, name) != getattr(other, name)]
-
-    def check_compatible(self, other, this='this', that='that'):
-        diff = self.differences(other)
-        if diff:
-            raise ValueError(f"tokenization mismatch between {this} and {that} ({'; '.join(diff)}): "
-                             f"use data and models prepared with the same tokenizer")
+from tokenization_manager import TokenizationInfo, TokenizationManager
 
 
 @dataclass
@@ -140,7 +115,6 @@ class RewardDataConfig:
         return problems
 
     def _check_tokenization(self, ckpt, bad):
-        from tokenization_manager import TokenizationManager
         try:
             data_tok = TokenizationManager(self.tokenization, self.meta_path, self.data_dir())
         except (ValueError, FileNotFoundError) as e:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from reward_data_config import TokenizationInfo
+from tokenization_manager import TokenizationInfo
 
 CREATE_HINT = "create it with prepare_reward_data.py --model_path ... --output_dir {}"
 

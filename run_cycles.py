@@ -27,11 +27,12 @@ import sys
 import time
 
 from configurator import UserError, config_defaults, configure, run_cli
-from data_loader import file_sha256
+from data_loader import data_path, file_sha256
 from early_stopping import EarlyStopping
-from evaluate import reward_data_cmd, reward_model_cmd
+from judge import reward_data_cmd, reward_model_cmd
+from tracking import TRACKING_DEFAULTS, tracking_args
+from verdict import cycle_verdict
 from runtime import resolve_device
-from train import data_path
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -114,7 +115,7 @@ control_temperatures = '0.6,0.7,0.8,0.9,1.0'  # the previous base's temperature 
 patience = 0
 min_delta = 0.0
 # -----------------------------------------------------------------------------
-DEFAULTS = config_defaults(globals())
+DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # each trainer stage logs to one group (tracking.py)
 
 
 def wait_with_peak_memory(proc):
@@ -128,9 +129,16 @@ def wait_with_peak_memory(proc):
     return proc.returncode, usage.ru_maxrss / (2 ** 20 if sys.platform == 'darwin' else 2 ** 10)  # bytes / KiB
 
 
-def run(args, log_path):
+TRACKED_SCRIPTS = ('train.py', 'train_reward_model.py', 'train_grpo.py', 'train_spin.py')
+stage_peaks_mb = []  # the peak memory of each script the running stage started (Pipeline.stage reads it)
+
+
+def run(args, log_path, tracking=()):
     """Run one script to completion, its output into log_path and, on a terminal, its latest line (its progress bar
-    or log line) shown live; a failure stops the cycle with the log's tail."""
+    or log line) shown live; a failure stops the cycle with the log's tail. tracking: the experiment-tracking
+    options a trainer gets (they change no output, so they are no part of any stage's manifest)."""
+    if os.path.basename(args[0]) in TRACKED_SCRIPTS:
+        args = list(args) + list(tracking)
     print(f"  $ {' '.join(os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT) else a for a in args)}",
           flush=True)
     live = sys.stdout.isatty()
@@ -151,6 +159,7 @@ def run(args, log_path):
         sys.stdout.write('\r\033[K')
     if peak_mb is not None:
         print(f"       peak memory {peak_mb:,.0f} MB", flush=True)
+        stage_peaks_mb.append(peak_mb)
     if returncode != 0:
         last = [l for l in open(log_path, errors='replace').read().replace('\r', '\n').splitlines() if l.strip()][-3:]
         raise UserError(f"stage failed ({os.path.basename(args[0])}, see {log_path}): {' | '.join(last)}")
@@ -235,6 +244,7 @@ class Pipeline:
         partials = [o + '.partial' for o in outputs]
         self._remove([mpath] + outputs + partials)
         t0 = time.time()
+        stage_peaks_mb.clear()
         build(partials)
         for partial, output in zip(partials, outputs):
             os.replace(partial, output)
@@ -243,7 +253,18 @@ class Pipeline:
             json.dump(manifest, f, indent=1)
         os.replace(tmp, mpath)
         self.current[name] = outputs
+        self.record_time(name, time.time() - t0, max(stage_peaks_mb, default=None))
         print(f"       done in {time.time() - t0:.0f}s", flush=True)
+
+    def record_time(self, name, seconds, peak_mb):
+        """The stage's wall time and its scripts' peak memory (None: it ran inside run_cycles), for the report."""
+        path = os.path.join(self.out, 'stage_times.json')
+        times = self._read(path) or {}
+        times[name] = {'seconds': round(seconds, 1), 'peak_mb': None if peak_mb is None else round(peak_mb),
+                       'finished': time.strftime('%Y-%m-%d %H:%M:%S')}
+        with open(path + '.tmp', 'w') as f:
+            json.dump(times, f, indent=1)
+        os.replace(path + '.tmp', path)
 
 
 def load_json(path):
@@ -276,9 +297,10 @@ def spin_cmd(C, base, earlier, data_dir, out_path, seed):
             '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={seed}', '--resume=True', *mix]
 
 
-def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None, judge_off=False):
-    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting; judge_off=True: the judge-off
-    control). The judge options appear only when set, so a frozen-judge cycle's command stays the seed's."""
+def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None, arm_log=None):
+    """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting; arm_log: the judge-off control of
+    the arm that wrote that log, run for as many steps). The judge options appear only when set, so a frozen-judge
+    cycle's command stays the seed's."""
     online = [f'--judge_update_interval={C.grpo_judge_update_interval}', f'--judge_steps={C.grpo_judge_steps}',
               f'--judge_learning_rate={C.grpo_judge_learning_rate}', f'--judge_replay={C.grpo_judge_replay}']
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
@@ -291,7 +313,7 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
             f'--seed={seed}', '--resume=True'] + (online if C.grpo_judge_update_interval else []) \
         + (['--token_advantages=True'] if C.grpo_token_advantages else []) \
         + ([f'--nll_weight={C.grpo_nll_weight}'] if C.grpo_nll_weight else []) \
-        + (['--judge_off=True'] if judge_off else [])
+        + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])
 
 
 def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
@@ -304,6 +326,18 @@ def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
             '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
             '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--c2st_folds', '5',
             '--judge_args=' + judge_recipe, *extra]
+
+
+def prepared_data(C, logs):
+    """The dataset folder (absolute), prepared by its own prepare.py when missing, and its files."""
+    data_dir = data_path(C.dataset)
+    if not os.path.isfile(os.path.join(data_dir, 'val.bin')):
+        prepare = os.path.join(data_dir, 'prepare.py')
+        if not os.path.isfile(prepare):
+            raise UserError(f"{data_dir} has no train.bin/val.bin and no prepare.py: pass --dataset with prepared data")
+        run([prepare], os.path.join(logs, 'prepare.log'))  # writes atomically itself
+    return data_dir, [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin', 'meta.pkl')
+                      if os.path.exists(os.path.join(data_dir, f))]
 
 
 def main(argv):
@@ -320,14 +354,7 @@ def main(argv):
     os.makedirs(logs, exist_ok=True)
     with open(os.path.join(out, 'config.json'), 'w') as f:
         json.dump(vars(C), f, indent=2)
-    data_dir = data_path(C.dataset)  # absolute; may not be prepared yet: prepared below
-    if not os.path.isfile(os.path.join(data_dir, 'val.bin')):
-        prepare = os.path.join(data_dir, 'prepare.py')
-        if not os.path.isfile(prepare):
-            raise UserError(f"{data_dir} has no train.bin/val.bin and no prepare.py: pass --dataset with prepared data")
-        run([prepare], os.path.join(logs, 'prepare.log'))  # writes atomically itself
-    data_files = [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin', 'meta.pkl')
-                  if os.path.exists(os.path.join(data_dir, f))]
+    data_dir, data_files = prepared_data(C, logs)
     pipe = Pipeline(out)
 
     def path(name):
@@ -336,7 +363,8 @@ def main(argv):
     def script_stage(name, outputs, inputs, args, log, after=None):
         """A stage that runs one script; the token PARTIAL in args stands for its first output's temporary name."""
         def build(partials):
-            run([a.replace('PARTIAL', partials[0]) for a in args], os.path.join(logs, log))
+            run([a.replace('PARTIAL', partials[0]) for a in args], os.path.join(logs, log),
+                tracking_args(C, os.path.splitext(log)[0]))
             if after:
                 after(partials)
         pipe.stage(name, outputs, inputs, args, build)
@@ -358,7 +386,8 @@ def main(argv):
 
         def build(partials):
             shutil.rmtree(work, ignore_errors=True)
-            run([os.path.join(ROOT, 'train.py'), f'--out_dir={work}'] + train_args + extra, os.path.join(logs, log))
+            run([os.path.join(ROOT, 'train.py'), f'--out_dir={work}'] + train_args + extra, os.path.join(logs, log),
+                tracking_args(C, os.path.splitext(log)[0]))
             shutil.move(os.path.join(work, 'ckpt.pt'), partials[0])
             shutil.rmtree(work)
         pipe.stage(name, [output], inputs, ['train.py'] + train_args + extra, build)
@@ -382,13 +411,14 @@ def main(argv):
         base, rm = path(f'base_model_v{n}.pt'), path(f'reward_model_v{n}.pt')
         outputs = [output, path(f'{prefix}_v{n}_log.jsonl'), path(f'{prefix}_v{n}_curves.png')]
         outputs += [path(f'{prefix}_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
+        arm_log = path(f'grpo_v{n}_log.jsonl') if judge_off else None
 
         def move_extras(partials):
             stem = os.path.splitext(partials[0])[0]
             for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
                 shutil.move(stem + suffix, dest)
-        script_stage(name, outputs, [base, rm] + data_files,
-                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n, judge_off=judge_off),
+        script_stage(name, outputs, [base, rm] + data_files + ([arm_log] if arm_log else []),
+                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n, arm_log=arm_log),
                      f'{prefix}_v{n}.log', after=move_extras)
 
     evaluate_stage('evaluate v1', path('eval_v1.json'), path('base_model_v1.pt'), 'eval_v1.log')
@@ -462,7 +492,6 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         inputs.append(path(f'sweep_v{n}.json'))
 
     def build(partials):
-        from evaluate import cycle_verdict
         points = load_json(path(f'eval_v{n}.json')) + (load_json(path(f'sweep_v{n}.json')) if sweep else [])
         off_point = load_json(path(f'eval_judgeoff_v{n + 1}.json'))[0] if grpo else None
         v = cycle_verdict(load_json(path(f'eval_v{n + 1}.json'))[0], load_json(path(f'eval_mle_v{n + 1}.json'))[0],
@@ -470,10 +499,14 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         kept = load_checkpoint(mle)
         v.update(cycle=n, mle_iters=iters, mle_best_iter=kept['iter_num'], mle_stopped_at=kept.get('stopped_at'),
                  mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops)
+        if grpo:  # the judge-off control runs its arm's steps: both runs' steps and compute, side by side
+            for name, ckpt in (('arm', path(f'base_model_v{n + 1}.pt')), ('judge_off', off)):
+                metrics = load_checkpoint(ckpt)['metrics']
+                v[f'{name}_steps'], v[f'{name}_flops'] = len(metrics['history']), metrics['flops']
         with open(partials[0], 'w') as f:
             json.dump(v, f, indent=1)
     pipe.stage(f'cycle {n}: verdict', [path(f'verdict_v{n}.json')], inputs,
-               ['evaluate.cycle_verdict', f'cycle {n}'], build)
+               ['verdict.cycle_verdict', f'cycle {n}'], build)
 
 
 # -----------------------------------------------------------------------------
@@ -551,12 +584,34 @@ def verdict_lines(c):
     mle = (f"the MLE control is base v{c['cycle']} + next-token training allowed {v['mle_iters']} iterations (the "
            f"cycle's {v['cycle_flops']:.3g} FLOPs)" + (f", stopped at {stop} and kept iteration {v['mle_best_iter']} "
                                                         f"(best val loss)" if stop is not None else ''))
+    if 'judge_off_steps' in v:
+        mle += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs) "
+                f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
     labels = '; '.join(f"against {CONTROL_NAMES[k]}: boundary error **{x['boundary_error']}**, two-sample test "
                        f"**{x['c2st'] or '–'}**, perplexity **{x['perplexity']}**" for k, x in vd.items())
     return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`; {mle}; matched temperature "
             f"T* = {m['temperature']:.3f}{where}): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else
                "The cycle does not beat every control."), '']
+
+
+def stage_time_lines(out, current):
+    """The table of every stage of this run: wall time and peak memory when it was built (a stage skipped by this run
+    keeps the figures of the run that built it)."""
+    times = load_json(os.path.join(out, 'stage_times.json')) if os.path.isfile(os.path.join(out, 'stage_times.json')) \
+        else {}
+    lines = ['## Stage times', '', 'Wall time and the peak resident memory of its script, as measured when the stage '
+             'was built ("in process": the stage ran inside run_cycles.py).', '',
+             '| stage | wall time | peak memory | built |', '|---|---|---|---|']
+    total = 0.0
+    for name in current:
+        t = times.get(name)
+        if t is None:
+            continue
+        total += t['seconds']
+        peak = 'in process' if t['peak_mb'] is None else f"{t['peak_mb']:,} MB"
+        lines.append(f"| {name} | {t['seconds'] / 60:.1f} min ({t['seconds']:.0f} s) | {peak} | {t['finished']} |")
+    return lines + [f"| **all stages** | **{total / 60:.1f} min** | | |", '']
 
 
 def write_report(out, C, current):
@@ -593,7 +648,7 @@ def write_report(out, C, current):
         if 'mle' in c:
             lines.append(point_row(f"MLE control (base v{n} + next-token training)", c['mle']))
         if 'judge_off' in c:
-            lines.append(point_row(f"judge-off control (GRPO, constant reward)", c['judge_off']))
+            lines.append(point_row("judge-off control (GRPO, constant reward)", c["judge_off"]))
         for e in sorted(c['sweep'], key=lambda e: e['temperature']):
             lines.append(point_row(f"base v{n} at T = {e['temperature']}", e))
         lines.append('')
@@ -604,7 +659,7 @@ def write_report(out, C, current):
         lines += ['![quality against diversity](quality_diversity.png)', '']
     # SPIN's curves are in spin_v{n}_log.jsonl
     plot_grpo(cycles if C.trainer == 'grpo' else [], os.path.join(out, 'grpo_curves.png'))
-    lines += ['![GRPO curves](grpo_curves.png)', '']
+    lines += ['![GRPO curves](grpo_curves.png)', ''] + stage_time_lines(out, current)
     tmp = os.path.join(out, 'report.md.tmp')
     with open(tmp, 'w') as f:
         f.write('\n'.join(lines) + '\n')

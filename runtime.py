@@ -16,13 +16,22 @@ from model import save_atomic
 
 
 def resolve_device(device):
-    """'auto' -> 'cuda' when available, else 'cpu'; a CUDA request on a machine without CUDA is a user error."""
+    """'auto' -> 'cuda' when available, else 'cpu'; a CUDA request on a machine without CUDA is a user error. A CUDA
+    device becomes the current one, so the streams and graphs a script makes live where its tensors do (without it,
+    --device=cuda:1 would record CUDA graphs on cuda:0)."""
     if device == 'auto':
-        return 'cuda' if torch.cuda.is_available() else 'cpu'
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if device.startswith('cuda') and not torch.cuda.is_available():
         raise UserError(f"device {device!r} requested but CUDA is not available: use --device=cpu or --device=auto")
     if device != 'cpu' and not device.startswith(('cuda', 'mps')):
         raise UserError(f"unknown device {device!r}: use auto, cpu or cuda")
+    if device.startswith('cuda'):
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise UserError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s): "
+                            f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        if index is not None:
+            torch.cuda.set_device(index)
     return device
 
 
@@ -81,6 +90,25 @@ def all_reduce_mean(value, rt):
     t = torch.tensor([float(value)], dtype=torch.float64, device=rt.device)
     dist.all_reduce(t)
     return t.item() / rt.world_size
+
+
+def global_sum(value, rt):
+    """A tensor's sum over every rank's copy (float64; the value itself without DDP)."""
+    total = value.detach().double().clone()
+    if rt.ddp:
+        dist.all_reduce(total)
+    return total
+
+
+def global_std(values, rt):
+    """The unbiased std of a 1-D tensor pooled over every rank's values, as one process holding them all would
+    compute it (TRL gathers before its 'batch' std); values.std() without DDP."""
+    if not rt.ddp:
+        return values.std()
+    v = values.detach().double()
+    n, s, ss = global_sum(torch.stack([torch.tensor(float(v.numel()), dtype=torch.float64, device=v.device), v.sum(),
+                                       (v * v).sum()]), rt)
+    return torch.sqrt(((ss - s * s / n) / (n - 1)).clamp_min(0)).to(values.dtype)
 
 
 def broadcast_stop(stop, rt):

@@ -7,6 +7,8 @@ import functools
 import hashlib
 import os
 import pickle
+from dataclasses import asdict, dataclass
+from typing import Optional
 
 # sha256 of GPT-2's vocab.bpe and encoder.json, as tiktoken's openai_public.py expects them
 GPT2_FILE_HASHES = {
@@ -122,3 +124,29 @@ class TokenizationManager:
         if self.method == 'bpe':
             return self.enc.decode(ids)
         return ''.join(self.itos[i] for i in ids)
+
+
+@dataclass
+class TokenizationInfo:
+    """The tokenization record that checkpoints and reward datasets carry."""
+    method: str
+    vocab_size: int
+    meta_path: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d['method'], int(d['vocab_size']), d.get('meta_path'))
+
+    def to_dict(self):
+        return asdict(self)
+
+    def differences(self, other):
+        """What makes two tokenizations incompatible (method, vocab size); meta paths may legitimately differ."""
+        return [f"{name}: {getattr(self, name)!r} vs {getattr(other, name)!r}"
+                for name in ('method', 'vocab_size') if getattr(self, name) != getattr(other, name)]
+
+    def check_compatible(self, other, this='this', that='that'):
+        diff = self.differences(other)
+        if diff:
+            raise ValueError(f"tokenization mismatch between {this} and {that} ({'; '.join(diff)}): "
+                             f"use data and models prepared with the same tokenizer")

@@ -2,7 +2,8 @@
 Train a GPT generator with next-token loss: nanoGPT's train.py plus early stopping and held-out perplexity.
 
 single process:  python train.py config/train_shakespeare_char.py [--key=value ...]
-DDP on CPU:      torchrun --standalone --nproc_per_node=2 train.py config/train_shakespeare_char.py --device=cpu --backend=gloo
+DDP on CPU:      torchrun --standalone --nproc_per_node=2 train.py config/train_shakespeare_char.py --device=cpu \
+                 --backend=gloo --gradient_accumulation_steps=2
 evaluate only:   python train.py config/train_shakespeare_char.py --init_from=resume --eval_only=True
 """
 
@@ -16,11 +17,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
+from data_loader import resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
                    save_checkpoint, update_checkpoint)
 from runtime import broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
+from tracking import TRACKING_DEFAULTS, Tracker
 
 # -----------------------------------------------------------------------------
 # default config values (nanoGPT's names); override with config files and --key=value
@@ -68,23 +71,7 @@ dtype = 'auto'  # 'auto' = bfloat16/float16 autocast on CUDA, float32 on CPU
 compile = True  # torch.compile, on CUDA only
 seed = 1337
 # -----------------------------------------------------------------------------
-DEFAULTS = config_defaults(globals())
-
-
-def data_path(name):
-    """A dataset folder, absolute (scripts may run it from another working directory): name itself if it is a
-    folder, else data/name of this repository."""
-    return os.path.abspath(name) if os.path.isdir(name) else \
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', name)
-
-
-def resolve_data_dir(name):
-    data_dir = data_path(name)
-    for split in ('train.bin', 'val.bin'):
-        if not os.path.isfile(os.path.join(data_dir, split)):
-            raise UserError(f"{os.path.join(data_dir, split)} not found: run data/{os.path.basename(data_dir)}/prepare.py "
-                            f"or set --dataset to a folder with train.bin and val.bin")
-    return data_dir
+DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
 def is_pretrained(init_from):
@@ -105,35 +92,10 @@ def get_lr(it, C):
     return C.min_lr + coeff * (C.learning_rate - C.min_lr)
 
 
-def main(argv):
-    C = configure(DEFAULTS, argv)
-    if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
-        raise UserError(f"init_from must be 'scratch', 'resume', a checkpoint path, one of {', '.join(GPT2_NAMES)} or "
-                        f"a Hugging Face model directory; {C.init_from!r} is none of them")
-    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
-    assert C.gradient_accumulation_steps % rt.world_size == 0, "gradient_accumulation_steps must divide by world size"
-    grad_accum = C.gradient_accumulation_steps // rt.world_size
-    tokens_per_iter = grad_accum * rt.world_size * C.batch_size * C.block_size
-    data_dir = resolve_data_dir(C.dataset)
-    tokenizer = TokenizationManager('auto', data_dir=data_dir)
-    if rt.master:
-        os.makedirs(C.out_dir, exist_ok=True)
-        print(f"tokens per iteration will be: {tokens_per_iter:,}; tokenization: {tokenizer.method} "
-              f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
-
-    def get_batch(split):
-        # recreate the memmap every batch to avoid a memory leak (as nanoGPT does)
-        data = np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
-        ix = torch.randint(len(data) - C.block_size, (C.batch_size,))
-        x = torch.stack([torch.from_numpy(data[i:i + C.block_size].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + C.block_size].astype(np.int64)) for i in ix])
-        if rt.device_type == 'cuda':
-            return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
-        return x.to(rt.device), y.to(rt.device)
-
-    # model
-    iter_num, best_val_loss, ckpt = 0, float('inf'), None
-    stopper = EarlyStopping(C.patience, C.min_delta, 'min')
+def init_model(C, tokenizer, data_dir):
+    """The model to train: from scratch, from GPT-2's weights (cropped to block_size), or from a generator
+    checkpoint (init_from='resume': out_dir/ckpt.pt, continued). Returns (model, the checkpoint read or None)."""
+    ckpt = None
     if C.init_from == 'scratch':
         vocab_size = tokenizer.vocab_size if tokenizer.method == 'char' else 50304
         model_args = dict(n_layer=C.n_layer, n_head=C.n_head, n_embd=C.n_embd, block_size=C.block_size,
@@ -161,10 +123,47 @@ def main(argv):
         model = GPT.from_checkpoint(ckpt, dropout=C.dropout)
         if C.block_size > model.config.block_size:
             raise UserError(f"block_size {C.block_size} exceeds the checkpoint's {model.config.block_size}")
-        if C.init_from == 'resume':
-            iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')
-            if 'early_stopping' in ckpt:
-                stopper.load_state_dict(ckpt['early_stopping'])
+    return model, ckpt
+
+
+def main(argv):
+    C = configure(DEFAULTS, argv)
+    if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
+        raise UserError(f"init_from must be 'scratch', 'resume', a checkpoint path, one of {', '.join(GPT2_NAMES)} or "
+                        f"a Hugging Face model directory; {C.init_from!r} is none of them")
+    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    if C.gradient_accumulation_steps % rt.world_size:
+        rt.close()
+        raise UserError(f"gradient_accumulation_steps {C.gradient_accumulation_steps} must divide by the "
+                        f"{rt.world_size} processes (each runs an equal share): pass "
+                        f"--gradient_accumulation_steps={rt.world_size * max(1, C.gradient_accumulation_steps // rt.world_size)}")
+    grad_accum = C.gradient_accumulation_steps // rt.world_size
+    tokens_per_iter = grad_accum * rt.world_size * C.batch_size * C.block_size
+    data_dir = resolve_data_dir(C.dataset)
+    tokenizer = TokenizationManager('auto', data_dir=data_dir)
+    if rt.master:
+        os.makedirs(C.out_dir, exist_ok=True)
+        print(f"tokens per iteration will be: {tokens_per_iter:,}; tokenization: {tokenizer.method} "
+              f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
+    tracker = Tracker(C, f"train/{os.path.basename(os.path.abspath(C.out_dir))}", C.out_dir, rt.master)
+
+    def get_batch(split):
+        # recreate the memmap every batch to avoid a memory leak (as nanoGPT does)
+        data = np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+        ix = torch.randint(len(data) - C.block_size, (C.batch_size,))
+        x = torch.stack([torch.from_numpy(data[i:i + C.block_size].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + C.block_size].astype(np.int64)) for i in ix])
+        if rt.device_type == 'cuda':
+            return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
+        return x.to(rt.device), y.to(rt.device)
+
+    stopper = EarlyStopping(C.patience, C.min_delta, 'min')
+    model, ckpt = init_model(C, tokenizer, data_dir)
+    iter_num, best_val_loss = 0, float('inf')
+    if C.init_from == 'resume':
+        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')
+        if 'early_stopping' in ckpt:
+            stopper.load_state_dict(ckpt['early_stopping'])
     model.to(rt.device)
     scaler = torch.amp.GradScaler(enabled=(rt.ptdtype == torch.float16 and rt.device_type == 'cuda'))
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
@@ -208,6 +207,7 @@ def main(argv):
             losses = estimate_loss()
             print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                   f"val ppl {val_perplexity():.3f}")
+        tracker.close()
         rt.close()
         return
 
@@ -229,6 +229,7 @@ def main(argv):
             last = dict(losses, ppl=ppl, iter=iter_num)
             tqdm.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                        f"val ppl {ppl:.3f}")
+            tracker.log(dict(train_loss=losses['train'], val_loss=losses['val'], val_ppl=ppl, lr=lr), iter_num)
             stopper.step(losses['val'])
             if losses['val'] < best_val_loss or C.always_save_checkpoint:
                 best_val_loss = min(best_val_loss, losses['val'])
@@ -264,6 +265,7 @@ def main(argv):
         if iter_num % C.log_interval == 0 and rt.master:
             tqdm.write(f"iter {iter_num}: loss {loss.item() * grad_accum:.4f}, time {dt * 1000:.2f}ms, "
                        f"{tokens_per_iter / max(dt, 1e-9):,.0f} tok/s")
+            tracker.log(dict(loss=loss.item() * grad_accum, lr=lr), iter_num)
         iter_num += 1
         bar.update(1)
     bar.close()
@@ -279,6 +281,7 @@ def main(argv):
         if last:
             print(f"final: train loss {last['train']:.4f}, val loss {last['val']:.4f}, val ppl {last['ppl']:.3f}; "
                   f"best val loss {best_val_loss:.4f}; checkpoint {os.path.join(C.out_dir, 'ckpt.pt')}")
+    tracker.close()
     rt.close()
 
 

@@ -32,6 +32,7 @@ import json
 import os
 import time
 from collections import deque
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -40,13 +41,13 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs, softmax_entropy
-from reward_data_config import TokenizationInfo
-from runtime import (all_reduce_mean, broadcast_stop, load_resume_state, resume_file, rng_states, run_signature,
-                     save_resume_state, set_rng_states, setup_runtime)
-from tokenization_manager import TokenizationManager
-from train import resolve_data_dir
-from train_reward_model import judge_loss, pair_accuracy, pairwise_loss, reward_metrics
+from judge import judge_update, pair_accuracy, reward_metrics
+from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
+from policy import completion_mask, generated_positions, prompts_and_splits, sample_prompts, token_logprobs, warmup_lr
+from runtime import (all_reduce_mean, broadcast_stop, global_std, global_sum, load_resume_state, resume_file,
+                     rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
+from tokenization_manager import TokenizationInfo, TokenizationManager
+from tracking import TRACKING_DEFAULTS, Tracker
 
 # -----------------------------------------------------------------------------
 policy_path = ''  # the generator to improve (also the frozen reference)
@@ -61,7 +62,7 @@ min_prompt_len = 1
 max_prompt_len = 0  # 0: block_size // 2
 temperature = 1.0
 top_k = None
-sampler = 'auto'  # GPT.generate's decode loop: 'auto' (a CUDA graph on CUDA), 'eager', 'static', 'graph', 'compile'
+sampler = 'auto'  # GPT.generate's decode loop: 'auto' (= 'eager'), 'static', 'graph', 'compile'
 # objective
 scale_rewards = 'group'  # 'group', 'batch' or 'none'
 token_advantages = False  # a token judge only: per-token advantages from its per-position P(natural)
@@ -93,6 +94,7 @@ judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the j
 # the judge-off ablation: every reward is the constant 0.5, so every advantage is 0 and only the KL anchor and the
 # NLL term move the policy (the same trainer, settings and compute with the judge's signal removed)
 judge_off = False
+arm_log = ''  # judge-off only: the arm's _log.jsonl; the control runs as many steps as the arm did
 # real text in the loss (TextGAIL keeps human text in its RL buffer; SPIN's fix for falling likelihoods): this weight
 # times the next-token loss of the corpus' own continuation of each step's prompts (0: the seed's pure GRPO)
 nll_weight = 0.0
@@ -107,17 +109,18 @@ device = 'auto'
 dtype = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
-DEFAULTS = config_defaults(globals())
+DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
-def group_advantages(rewards, group_size, scale='group'):
+def group_advantages(rewards, group_size, scale='group', batch_std_of=torch.std):
     """
-    (r - group mean) / (std + 1e-4), std of the group ('group'), of the whole batch ('batch'), or none ('none').
+    (r - group mean) / (std + 1e-4), std of the group ('group'), of the whole batch ('batch', by batch_std_of: under
+    DDP every rank's rewards pooled, as TRL gathers them), or none ('none').
     Returns (advantages, number of groups whose rewards are all equal: their advantages are exactly 0, mean raw
     within-group std: what 'group' scaling divides by, so a judge whose rewards barely differ is visible in the log).
     """
     groups = rewards.view(-1, group_size)
-    centered = center_and_scale(groups, scale, rewards.std())
+    centered = center_and_scale(groups, scale, batch_std_of(rewards))
     zero_std = int((groups.std(dim=1) == 0).sum()) if group_size > 1 else groups.size(0)
     group_std = float(groups.std(dim=1).nan_to_num(0.0).mean()) if group_size > 1 else 0.0
     return centered.reshape(-1), zero_std, group_std
@@ -136,7 +139,7 @@ def center_and_scale(groups, scale, batch_std):
     return centered
 
 
-def token_advantages_of(token_rewards, positions_mask, group_size, discount, scale='group'):
+def token_advantages_of(token_rewards, positions_mask, group_size, discount, scale='group', batch_std_of=torch.std):
     """
     Per-token advantages (B, T-1) aligned with the next-token targets, from per-position rewards (B, T) over the
     completion (positions_mask (B, T): 1 at generated positions): the discounted return from each position on,
@@ -150,38 +153,8 @@ def token_advantages_of(token_rewards, positions_mask, group_size, discount, sca
         running = r[:, t] + discount * running
         returns[:, t] = running
     centered = center_and_scale(returns.view(-1, group_size, returns.size(1)), scale,
-                                returns[positions_mask.bool()].std())
+                                batch_std_of(returns[positions_mask.bool()]))
     return (centered.reshape_as(returns) * positions_mask)[:, 1:]
-
-
-def generated_positions(prompt_lengths, seq_len):
-    """(B, seq_len) mask of the positions a row's completion fills: position t iff t >= its prompt length P."""
-    return (torch.arange(seq_len, device=prompt_lengths.device)[None, :] >= prompt_lengths[:, None]).float()
-
-
-def completion_mask(prompt_lengths, seq_len):
-    """(B, seq_len - 1) mask over next-token targets: target j (token j + 1) is a completion token iff j + 1 >= P."""
-    return generated_positions(prompt_lengths, seq_len)[:, 1:]
-
-
-def token_logprobs(model, seqs, temperature, entropy=False, chunk=8):
-    """
-    Log-probabilities (B, T-1) of each next token, from logits scaled by the sampling temperature, and with
-    entropy=True each position's entropy (B, T-1, no gradient). Only the logits (B, T-1, V) stay alive for the
-    backward: the normaliser and the entropy are computed `chunk` rows at a time, so a 50k-token vocabulary never
-    holds a full log-softmax (or its entropy terms) beside them.
-    """
-    logits = model(seqs[:, :-1], all_logits=True)[0].float() / temperature
-    targets = seqs[:, 1:, None]
-    logps, entropies = [], []
-    for i in range(0, len(seqs), chunk):
-        rows = logits[i:i + chunk]
-        lse = torch.logsumexp(rows, dim=-1)
-        logps.append(rows.gather(-1, targets[i:i + chunk]).squeeze(-1) - lse)
-        if entropy:
-            with torch.no_grad():
-                entropies.append(softmax_entropy(rows))
-    return torch.cat(logps), (torch.cat(entropies) if entropy else None)
 
 
 def k3_kl(logps, ref_logps):
@@ -191,10 +164,12 @@ def k3_kl(logps, ref_logps):
 
 
 def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilon_high=None, beta=0.0,
-              loss_type='grpo', max_completion_length=None):
+              loss_type='grpo', max_completion_length=None, token_count=None):
     """
     Clipped-ratio policy loss over completion tokens plus beta * k3 KL to the reference; returns (loss, stats).
-    logps, old_logps, ref_logps, mask: (B, T); advantages: (B,) or per token (B, T).
+    logps, old_logps, ref_logps, mask: (B, T); advantages: (B,) or per token (B, T). token_count: what 'dapo' divides
+    by, default this batch's completion tokens; under DDP the global count over the world size (TRL's
+    num_items_in_batch), so the ranks' averaged gradients are those of the whole batch.
     """
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     ratio = torch.exp(logps - old_logps)
@@ -210,7 +185,7 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
     elif loss_type == 'dr_grpo':
         loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
     elif loss_type == 'dapo':
-        loss = (per_token * mask).sum() / mask.sum().clamp_min(1)
+        loss = (per_token * mask).sum() / (mask.sum().clamp_min(1) if token_count is None else token_count)
     else:
         raise ValueError(f"loss_type must be 'grpo', 'dr_grpo' or 'dapo', got {loss_type!r}")
     clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
@@ -218,66 +193,6 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
     stats = {'clip_ratio': ((clipped.float() * mask).sum() / n).item(),
              'kl': None if kl is None else ((kl * mask).sum() / n).item()}
     return loss, stats
-
-
-def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
-    """steps optimizer steps of the judge's head on minibatches of the replay buffer ((features, labels, and for a
-    pairwise judge the features of each rollout's natural window) of the latest and earlier rollouts); gradients
-    averaged over ranks. Returns the mean loss."""
-    feats, labels = torch.cat([r[0] for r in replay]), torch.cat([r[1] for r in replay])
-    natural = torch.cat([r[2] for r in replay]) if loss_kind == 'pairwise' else None
-    losses = []
-    for _ in range(steps):
-        rows = torch.randint(len(feats), (batch_size,), generator=gen).to(feats.device)
-        if natural is not None:  # each rollout against its prompt's natural window, through one forward
-            out = head(torch.cat([feats[rows], natural[rows]]))
-            loss = pairwise_loss(out[batch_size:], out[:batch_size])
-        else:
-            loss = judge_loss(head(feats[rows]), labels[rows], loss_kind)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if rt.ddp:
-            for p in head.parameters():
-                torch.distributed.all_reduce(p.grad)
-                p.grad.div_(rt.world_size)
-        optimizer.step()
-        losses.append(loss.item())
-    return float(np.mean(losses))
-
-
-def warmup_lr(optimizer, learning_rate, warmup_steps, step):
-    """Linear warmup to learning_rate over warmup_steps, then constant; set on the optimizer and returned."""
-    lr = learning_rate * min(1.0, (step + 1) / max(1, warmup_steps))
-    for group in optimizer.param_groups:
-        group['lr'] = lr
-    return lr
-
-
-def prompts_and_splits(C, block_size, ckpt):
-    """The largest prompt length (C.max_prompt_len, default block_size // 2; checked) and the memory-mapped train
-    and val splits of C.dataset (default: the checkpoint's own dataset)."""
-    hi = C.max_prompt_len or block_size // 2
-    if not 1 <= C.min_prompt_len <= hi < block_size:
-        raise UserError(f"need 1 <= min_prompt_len <= max_prompt_len < block_size ({block_size}); "
-                        f"got {C.min_prompt_len}, {hi}")
-    data_dir = resolve_data_dir(C.dataset or ckpt.get('config', {}).get('dataset', ''))
-    return hi, *(np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
-                 for split in ('train', 'val'))
-
-
-def sample_windows(train, n, lo, hi, block_size, rng):
-    """n natural windows (n, block_size) at random offsets of the train split, and a prompt length ~ U[lo, hi] each."""
-    lengths = rng.integers(lo, hi + 1, size=n)
-    offsets = rng.integers(0, len(train) - block_size, size=n)
-    return np.stack([np.asarray(train[o:o + block_size], dtype=np.int64) for o in offsets]), lengths
-
-
-def sample_prompts(train, n, lo, hi, block_size, rng):
-    """n prompts of lengths ~ U[lo, hi] at random offsets of the train split, left-aligned in (n, hi), their lengths,
-    and the natural windows they were cut from (the corpus' own continuation of each prompt)."""
-    windows, lengths = sample_windows(train, n, lo, hi, block_size, rng)
-    prompts = np.where(np.arange(hi)[None, :] < lengths[:, None], windows[:, :hi], 0)
-    return prompts, lengths, windows
 
 
 def plot_history(history, path):
@@ -331,8 +246,7 @@ def load_models(C, rt):
     return policy_ckpt, rm_ckpt, policy, reward_model, reference
 
 
-def main(argv):
-    C = configure(DEFAULTS, argv)
+def check_config(C):
     for name in ('policy_path', 'reward_model_path'):
         if not getattr(C, name):
             raise UserError(f"pass --{name}=PATH")
@@ -344,252 +258,396 @@ def main(argv):
         raise UserError(f"sampler must be one of {', '.join(SAMPLERS)}, got {C.sampler!r}")
     if C.judge_update_interval < 0 or C.judge_steps < 1 or C.judge_replay < 0 or C.judge_batch_size < 1:
         raise UserError("judge_update_interval and judge_replay must be >= 0, judge_steps and judge_batch_size >= 1")
-    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
-    if C.prompts_per_step % rt.world_size:
-        raise UserError(f"prompts_per_step {C.prompts_per_step} must divide by the {rt.world_size} ranks")
+    if C.arm_log and not C.judge_off:
+        raise UserError("arm_log sets the judge-off control's steps: pass it with --judge_off=True")
+
+
+def arm_steps(path):
+    """How many steps the arm a judge-off control matches ran: the rows of its JSONL log."""
+    if not os.path.isfile(path):
+        raise UserError(f"arm_log {path} not found: pass the _log.jsonl of the GRPO run this control matches")
+    with open(path) as f:
+        steps = sum(1 for line in f if line.strip())
+    if not steps:
+        raise UserError(f"arm_log {path} has no steps: the arm's run did not finish a step")
+    return steps
+
+
+def setup(C, rt):
+    """Everything the loop reads, as one namespace: models and optimizers, the online judge's state, data, the
+    draws (numpy for prompts, torch for sampling and the judge's minibatches), paths, compute per step, and the
+    progress a resume state restores."""
     policy_ckpt, rm_ckpt, policy, reward_model, reference = load_models(C, rt)
     if C.token_advantages and reward_model.config.reward_pooling != 'token':
         raise UserError(f"token_advantages needs a token judge; {C.reward_model_path} pools by "
                         f"'{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
-    judge_path = os.path.splitext(C.out_path)[0] + '_judge.pt'
-    judge_opt, judge_gen, replay, judge_flops = None, None, deque(maxlen=C.judge_replay + 1), 0
-    judge_loss_kind = rm_ckpt.get('config', {}).get('loss', 'mse')  # the judge keeps the loss it was trained with
+    run = SimpleNamespace(C=C, rt=rt, policy=policy, reward_model=reward_model, reference=reference,
+                          policy_ckpt=policy_ckpt, rm_ckpt=rm_ckpt, N=policy.config.block_size)
+    run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
+    run.judge_loss_kind = rm_ckpt.get('config', {}).get('loss', 'mse')  # the judge keeps the loss it was trained with
+    run.judge_opt, run.judge_gen, run.replay = None, None, deque(maxlen=C.judge_replay + 1)
     if C.judge_update_interval:
         reward_model.reward_head.requires_grad_(True)
-        judge_opt = torch.optim.AdamW(reward_model.reward_head.parameters(), lr=C.judge_learning_rate,
-                                      betas=(0.9, 0.99), weight_decay=0.0)
-        judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
-        head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
-    N = policy.config.block_size
-    hi, train, val = prompts_and_splits(C, N, policy_ckpt)
-    tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
-    optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
-    trained = DDP(policy) if rt.ddp else policy
-    rng = np.random.default_rng([C.seed, rt.rank])
-    gen = torch.Generator(device=rt.device).manual_seed(C.seed * 1000 + rt.rank)
-    n_prompts = C.prompts_per_step // rt.world_size
-    max_completion = N - C.min_prompt_len
-    log_path = os.path.splitext(C.out_path)[0] + '_log.jsonl'
-    state_path = resume_file(C.out_path, rt.rank)
-    signature = run_signature(vars(C), [C.policy_path, C.reward_model_path])
-    state = load_resume_state(state_path, signature) if C.resume else None
+        run.judge_opt = torch.optim.AdamW(reward_model.reward_head.parameters(), lr=C.judge_learning_rate,
+                                          betas=(0.9, 0.99), weight_decay=0.0)
+        run.judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
+    run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
+    run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
+    run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
+    run.optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
+    run.trained = DDP(policy) if rt.ddp else policy
+    run.rng = np.random.default_rng([C.seed, rt.rank])
+    run.gen = torch.Generator(device=rt.device).manual_seed(C.seed * 1000 + rt.rank)
+    run.n_prompts = C.prompts_per_step // rt.world_size
+    run.max_completion = run.N - C.min_prompt_len
+    stem = os.path.splitext(C.out_path)[0]
+    run.log_path, run.judge_path, run.plot_path = stem + '_log.jsonl', stem + '_judge.pt', stem + '_curves.png'
+    run.state_path = resume_file(C.out_path, rt.rank)
+    run.signature = run_signature(vars(C), [C.policy_path, C.reward_model_path])
+    run.flops_per_step = step_flops(run)
+    run.ppl_tokens = 'whole val split' if not C.ppl_max_tokens else \
+        f'first {min(C.ppl_max_tokens, len(run.val)):,} val tokens'
+    run.history, run.reward_ma = [], deque(maxlen=C.reward_window)
+    run.stopper = EarlyStopping(C.patience, C.min_delta, 'max')
+    run.last_ok_state, run.last_ok_step, run.stop_reason, run.judge_flops = None, 0, 'max_steps', 0
+    run.tracker = Tracker(C, f"grpo/{os.path.basename(stem)}", os.path.dirname(os.path.abspath(C.out_path)),
+                          rt.master)
+    return run
 
-    def val_ppl():
-        return evaluate_perplexity(policy, val, N, batch_size=32, ctx=rt.ctx, max_tokens=C.ppl_max_tokens)[1]
 
-    def save(step, stop_reason, **final):
-        save_checkpoint(C.out_path, policy, iter_num=step, best_val_loss=None, config=vars(C),
-                        tokenization=policy_ckpt['tokenization'], optimizer=optimizer,
-                        metrics=dict(history=history, stop_reason=stop_reason, val_ppl_start=ppl_start,
-                                     ppl_tokens=ppl_tokens, flops=flops_per_step * len(history) + judge_flops,
-                                     **final))
-        if C.judge_update_interval:  # the judge as it stands, loadable wherever a reward model is
-            save_checkpoint(judge_path, reward_model, iter_num=step, config=dict(rm_ckpt.get('config', {}),
-                            online_from=os.path.abspath(C.reward_model_path)), tokenization=rm_ckpt['tokenization'],
-                            data_block_size=N, metrics={k: history[-1][k] for k in history[-1] if k.startswith('judge')})
-
-    # compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, judge,
-    # reference, and num_iterations forward+backward passes of the policy, over every rank's rows
+def step_flops(run):
+    """Compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, judge,
+    reference, and num_iterations forward+backward passes of the policy, over every rank's rows."""
+    C, N, policy, judge = run.C, run.N, run.policy, run.reward_model
     rows = C.prompts_per_step * C.num_generations
-    flops_per_step = rows * N * (policy.flops_per_token() + reward_model.flops_per_token()
-                                 + (reference.flops_per_token() if reference is not None else 0)
-                                 + C.num_iterations * policy.flops_per_token(backward=True))
-    flops_per_step += (C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
-                       if C.nll_weight else 0)  # the natural continuations' forward and backward
-    flops_per_step += C.prompts_per_step * N * reward_model.flops_per_token() if judge_loss_kind == 'pairwise' else 0
-    ppl_tokens = 'whole val split' if not C.ppl_max_tokens else f'first {min(C.ppl_max_tokens, len(val)):,} val tokens'
+    flops = rows * N * (policy.flops_per_token() + judge.flops_per_token()
+                        + (run.reference.flops_per_token() if run.reference is not None else 0)
+                        + C.num_iterations * policy.flops_per_token(backward=True))
+    if C.nll_weight:  # the natural continuations' forward and backward
+        flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
+    if run.judge_loss_kind == 'pairwise':  # the natural windows' scoring
+        flops += C.prompts_per_step * N * judge.flops_per_token()
+    return flops
 
-    history, reward_ma = [], deque(maxlen=C.reward_window)
-    stopper = EarlyStopping(C.patience, C.min_delta, 'max')
-    last_ok_state, last_ok_step, stop_reason, step, first_step = None, 0, 'max_steps', 0, 0
-    if state is None:
-        ppl_start = val_ppl() if rt.master else None
-    else:  # everything the next step reads, as the interrupted run left it after its step state['step'] - 1
-        policy.load_state_dict(state['policy'])
-        optimizer.load_state_dict(state['optimizer'])
-        if reference is not None:
-            reference.load_state_dict(state['reference'])
-        if judge_opt is not None:
-            reward_model.reward_head.load_state_dict(state['judge'])
-            judge_opt.load_state_dict(state['judge_optimizer'])
-            replay.extend(tuple(None if t is None else t.to(rt.device) for t in r) for r in state['replay'])
-        set_rng_states(state['rng'], rng, gen, judge_gen)
-        history, ppl_start, judge_flops = state['history'], state['ppl_start'], state['judge_flops']
-        reward_ma.extend(state['reward_ma'])
-        stopper.load_state_dict(state['stopper'])
-        last_ok_state, last_ok_step, first_step = state['last_ok_state'], state['last_ok_step'], state['step']
-        if first_step >= C.max_steps:
-            raise UserError(f"{state_path} is already at step {first_step}: raise max_steps to continue it")
-    if rt.master:
-        os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
-        with open(log_path, 'w') as f:  # a resumed run's log holds exactly the steps it resumed with
-            f.writelines(json.dumps(row) + '\n' for row in history)
-        print(f"policy {C.policy_path} ({policy.get_num_params() / 1e6:.2f}M), reward model {C.reward_model_path}; "
-              f"{C.prompts_per_step} prompts x {C.num_generations} completions per step, N={N}; "
-              f"val ppl ({ppl_tokens}) at start {ppl_start:.3f}"
-              + (f"; resumed at step {first_step} from {state_path}" if state else '')
-              + ('; judge OFF: constant reward, zero advantages' if C.judge_off else ''))
 
-    def save_state(step):
-        """Everything an exact continuation needs after this step (each rank its own draws and replay)."""
-        save_resume_state(state_path, dict(
-            signature=signature, step=step, policy=policy.state_dict(), optimizer=optimizer.state_dict(),
-            reference=reference.state_dict() if reference is not None else None,
-            judge=reward_model.reward_head.state_dict() if judge_opt is not None else None,
-            judge_optimizer=judge_opt.state_dict() if judge_opt is not None else None,
-            replay=[tuple(r) for r in replay], rng=rng_states(rng, gen, judge_gen), history=history,
-            ppl_start=ppl_start, judge_flops=judge_flops, reward_ma=list(reward_ma), stopper=stopper.state_dict(),
-            last_ok_state=last_ok_state, last_ok_step=last_ok_step))
+def val_ppl(run):
+    return evaluate_perplexity(run.policy, run.val, run.N, batch_size=32, ctx=run.rt.ctx,
+                               max_tokens=run.C.ppl_max_tokens)[1]
 
-    bar = tqdm(total=C.max_steps, initial=first_step, desc='grpo', disable=not rt.master, dynamic_ncols=True,
-               mininterval=2.0)
-    for step in range(first_step, C.max_steps):
-        lr = warmup_lr(optimizer, C.learning_rate, C.warmup_steps, step)
-        # 1. rollouts: G completions per prompt, all rows advancing together in one cached batch
-        t0 = time.time()
-        prompts, lengths, windows = sample_prompts(train, n_prompts, C.min_prompt_len, hi, N, rng)
-        prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
-        lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
+
+def save(run, step, stop_reason, **final):
+    """The policy checkpoint (with its history and compute), and the online judge as it stands beside it."""
+    C = run.C
+    save_checkpoint(C.out_path, run.policy, iter_num=step, best_val_loss=None, config=vars(C),
+                    tokenization=run.policy_ckpt['tokenization'], optimizer=run.optimizer,
+                    metrics=dict(history=run.history, stop_reason=stop_reason, val_ppl_start=run.ppl_start,
+                                 ppl_tokens=run.ppl_tokens,
+                                 flops=run.flops_per_step * len(run.history) + run.judge_flops, **final))
+    if C.judge_update_interval:  # loadable wherever a reward model is
+        last = run.history[-1]
+        save_checkpoint(run.judge_path, run.reward_model, iter_num=step,
+                        config=dict(run.rm_ckpt.get('config', {}), online_from=os.path.abspath(C.reward_model_path)),
+                        tokenization=run.rm_ckpt['tokenization'], data_block_size=run.N,
+                        metrics={k: last[k] for k in last if k.startswith('judge')})
+
+
+# -----------------------------------------------------------------------------
+# the phases of a step, in the order the loop runs them
+
+def rollouts(run):
+    """G completions of each of n_prompts prompts cut from the train split, all rows advancing together in one
+    cached batch. Returns the batch: the sequences, their prompt lengths, the masks of generated positions and of
+    completion targets, and the natural windows the prompts were cut from (with their own completion mask)."""
+    C, rt = run.C, run.rt
+    prompts, lengths, windows = sample_prompts(run.train, run.n_prompts, C.min_prompt_len, run.hi, run.N, run.rng)
+    prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
+    lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
+    with rt.ctx:
+        seqs = run.policy.generate(prompt_t, run.N - run.hi, C.temperature, C.top_k, prompt_lengths=lengths_t,
+                                   generator=run.gen, sampler=C.sampler)
+    generated = generated_positions(lengths_t, run.N)
+    return SimpleNamespace(seqs=seqs, lengths=lengths, lengths_t=lengths_t, generated=generated,
+                           mask=generated[:, 1:],  # completion_mask: the completion's next-token targets
+                           real=torch.from_numpy(windows).to(rt.device),
+                           real_mask=completion_mask(torch.from_numpy(lengths).to(rt.device), run.N))
+
+
+def score(run, batch):
+    """The judge's rewards for the rollouts, and its figures on them, which it has not seen yet: a rollout is a
+    crossover sample with K = its prompt length. Also the reference's log-probs. A token judge rewards the
+    completion's own positions; a pooled judge's one figure is the reward."""
+    C, rt = run.C, run.rt
+    with torch.no_grad(), rt.ctx:
+        feats = run.reward_model.reward_features(batch.seqs)
+        probs = run.reward_model.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
+    judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
+    rewards = (judged * batch.generated).sum(1) / batch.generated.sum(1) if judged.dim() == 2 else p_natural
+    if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
+        rewards, judged = torch.full_like(rewards, 0.5), torch.full_like(judged, 0.5)
+    natural_share = batch.lengths_t.float() / run.N
+    s = SimpleNamespace(feats=feats, probs=probs, judged=judged, rewards=rewards, natural_share=natural_share,
+                        fresh=reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), run.N,
+                                             float(natural_share.mean())),
+                        real_feats=None, pair_acc=None, ref_logps=None)
+    if run.judge_loss_kind == 'pairwise':  # each rollout's natural window, its pair's other half
+        with torch.no_grad(), rt.ctx:
+            s.real_feats = run.reward_model.reward_features(batch.real).float().repeat_interleave(
+                C.num_generations, 0)
+        s.pair_acc = pair_accuracy(run.reward_model.reward_head(s.real_feats), probs)
+    if run.reference is not None:
+        with torch.no_grad(), rt.ctx:
+            s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
+    return s
+
+
+def advantages_of(C, rt, rewards, judged, generated):
+    """Group-normalised advantages, one per completion or (token_advantages) one per completion token. Returns
+    (advantages, groups with all-equal rewards, mean raw within-group std). 'batch' scaling pools every rank's
+    rewards."""
+    def batch_std(values):
+        return global_std(values, rt)
+    advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards, batch_std)
+    if C.token_advantages:
+        advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards,
+                                         batch_std)
+    return advantages, zero_std, group_std
+
+
+def policy_update(run, batch, s, advantages):
+    """num_iterations optimizer passes over these rollouts; the first pass fixes the rollout log-probs (ratio
+    exactly 1). The policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout). 'dapo' and the
+    NLL term divide by the global token count over the world size, so DDP's averaged gradient is the whole batch's."""
+    C, rt = run.C, run.rt
+    dapo_tokens = global_sum(batch.mask.sum(), rt).float() / rt.world_size
+    real_tokens = global_sum(batch.real_mask.sum(), rt).float() / rt.world_size
+    u = SimpleNamespace(stats={}, nll=None, old_logps=None)
+    for _ in range(C.num_iterations):
         with rt.ctx:
-            seqs = policy.generate(prompt_t, N - hi, C.temperature, C.top_k, prompt_lengths=lengths_t, generator=gen,
-                                   sampler=C.sampler)
-        t1 = time.time()
-        # 2. rewards and advantages; the judge's figures on these rollouts, which it has not seen yet
-        with torch.no_grad(), rt.ctx:
-            feats = reward_model.reward_features(seqs)
-            probs = reward_model.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
-        generated = generated_positions(lengths_t, N)
-        judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
-        # a token judge rewards the completion's own positions; a pooled judge's one figure is the reward
-        rewards = (judged * generated).sum(1) / generated.sum(1) if judged.dim() == 2 else p_natural
-        if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
-            rewards, judged = torch.full_like(rewards, 0.5), torch.full_like(judged, 0.5)
-        advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards)
-        if C.token_advantages:
-            advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards)
-        natural_share = lengths_t.float() / N  # the crossover label of a rollout: K = its prompt length
-        judge_fresh = reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), N,
-                                     float(natural_share.mean()))
-        mask = generated[:, 1:]  # completion_mask: the completion's next-token targets
-        real = torch.from_numpy(windows).to(rt.device)
-        real_mask = completion_mask(torch.from_numpy(lengths).to(rt.device), N)
-        if judge_loss_kind == 'pairwise':  # a pairwise judge: each rollout's natural window, its pair's other half
-            with torch.no_grad(), rt.ctx:
-                real_feats = reward_model.reward_features(real).float().repeat_interleave(C.num_generations, 0)
-            pair_acc = pair_accuracy(reward_model.reward_head(real_feats), probs)
-        with torch.no_grad(), rt.ctx:
-            ref_logps = token_logprobs(reference, seqs, C.temperature)[0] if reference is not None else None
-        t2 = time.time()
-        # 3. mu optimizer passes over these rollouts; the first pass fixes the rollout log-probs (ratio exactly 1)
-        # the policy that made these rollouts, kept while its KL is under the cap
-        pre_update = {k: v.detach().clone() for k, v in policy.state_dict().items()} if C.max_kl else None
-        # the policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout)
-        old_logps, stats, nll = None, {}, None
-        for _ in range(C.num_iterations):
+            logps, token_entropy = token_logprobs(run.trained, batch.seqs, C.temperature,
+                                                  entropy=u.old_logps is None)
+        if u.old_logps is None:
+            u.old_logps = logps.detach()
+            u.entropy = (token_entropy * batch.mask).sum() / batch.mask.sum()
+        u.loss, pass_stats = grpo_loss(logps, u.old_logps, s.ref_logps, advantages, batch.mask, C.epsilon,
+                                       C.epsilon_high, C.beta, C.loss_type, run.max_completion,
+                                       token_count=dapo_tokens if rt.ddp else None)
+        u.stats = u.stats or pass_stats  # KL of the rollout policy: measured on the first pass
+        u.stats['clip_ratio'] = pass_stats['clip_ratio']
+        run.optimizer.zero_grad(set_to_none=True)
+        u.loss.backward()
+        if C.nll_weight:  # its own forward and backward: DDP allows one forward per backward
             with rt.ctx:
-                logps, token_entropy = token_logprobs(trained, seqs, C.temperature, entropy=old_logps is None)
-            if old_logps is None:
-                old_logps = logps.detach()
-                entropy = (token_entropy * mask).sum() / mask.sum()
-            loss, pass_stats = grpo_loss(logps, old_logps, ref_logps, advantages, mask, C.epsilon, C.epsilon_high,
-                                         C.beta, C.loss_type, max_completion)
-            stats = stats or pass_stats  # KL of the rollout policy: measured on the first pass
-            stats['clip_ratio'] = pass_stats['clip_ratio']
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if C.nll_weight:  # its own forward and backward: DDP allows one forward per backward
-                with rt.ctx:
-                    real_logps = token_logprobs(trained, real, 1.0)[0]
-                nll = -(real_logps * real_mask).sum() / real_mask.sum()
-                (C.nll_weight * nll).backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), C.grad_clip or float('inf')).item()
-            optimizer.step()
-        judge_loss = None
-        if C.judge_update_interval:
-            replay.append((feats.float().detach(), torch.stack([natural_share, 1 - natural_share], dim=1),
-                           real_feats if judge_loss_kind == 'pairwise' else None))
-            if (step + 1) % C.judge_update_interval == 0:
-                judge_loss = judge_update(reward_model.reward_head, judge_opt, replay, C.judge_steps,
-                                          C.judge_batch_size, judge_loss_kind, judge_gen, rt)
-                judge_flops += 6 * head_params * C.judge_batch_size * C.judge_steps * rt.world_size
-        t3 = time.time()
+                real_logps = token_logprobs(run.trained, batch.real, 1.0)[0]
+            u.nll = -(real_logps * batch.real_mask).sum() / (real_tokens if rt.ddp else batch.real_mask.sum())
+            (C.nll_weight * u.nll).backward()
+        u.grad_norm = torch.nn.utils.clip_grad_norm_(run.policy.parameters(), C.grad_clip or float('inf')).item()
+        run.optimizer.step()
+    return u
 
-        row = dict(step=step, reward=all_reduce_mean(rewards.mean().item(), rt),
-                   reward_std=all_reduce_mean(rewards.std().item(), rt), reward_group_std=all_reduce_mean(group_std, rt),
-                   frac_reward_zero_std=all_reduce_mean(zero_std / n_prompts, rt),
-                   kl=None if stats['kl'] is None else all_reduce_mean(stats['kl'], rt),
-                   clip_ratio=all_reduce_mean(stats['clip_ratio'], rt), entropy=all_reduce_mean(entropy.item(), rt),
-                   grad_norm=grad_norm, loss=loss.item(), lr=lr,
-                   completion_length=float(N - lengths.mean()), time_generation=t1 - t0, time_scoring=t2 - t1,
-                   time_update=t3 - t2, judge_r2=all_reduce_mean(judge_fresh['r2'], rt),
-                   judge_boundary_error=all_reduce_mean(judge_fresh['boundary_error'], rt), judge_loss=judge_loss,
-                   nll=None if nll is None else all_reduce_mean(nll.item(), rt),
-                   judge_pair_accuracy=all_reduce_mean(pair_acc, rt) if judge_loss_kind == 'pairwise' else None)
-        history.append(row)
-        reward_ma.append(row['reward'])
+
+def update_judge(run, s, step):
+    """The online judge (judge_update_interval = k > 0) learns from these rollouts and a replay of earlier ones
+    every k steps; returns its mean loss, or None on a step it does not train."""
+    C = run.C
+    if not C.judge_update_interval:
+        return None
+    labels = torch.stack([s.natural_share, 1 - s.natural_share], dim=1)
+    run.replay.append((s.feats.float().detach(), labels, s.real_feats))
+    if (step + 1) % C.judge_update_interval:
+        return None
+    run.judge_flops += 6 * run.head_params * C.judge_batch_size * C.judge_steps * run.rt.world_size
+    return judge_update(run.reward_model.reward_head, run.judge_opt, run.replay, C.judge_steps,
+                        C.judge_batch_size, run.judge_loss_kind, run.judge_gen, run.rt)
+
+
+def log_row(run, step, lr, batch, s, adv_stats, u, judge_loss, times):
+    """The step's row of the JSONL log (every rank's figures averaged), kept in the history and sent to the
+    trackers."""
+    rt, mean = run.rt, (lambda v: all_reduce_mean(v, run.rt))
+    zero_std, group_std = adv_stats
+    row = dict(step=step, reward=mean(s.rewards.mean().item()), reward_std=mean(s.rewards.std().item()),
+               reward_group_std=mean(group_std), frac_reward_zero_std=mean(zero_std / run.n_prompts),
+               kl=None if u.stats['kl'] is None else mean(u.stats['kl']), clip_ratio=mean(u.stats['clip_ratio']),
+               entropy=mean(u.entropy.item()), grad_norm=u.grad_norm, loss=mean(u.loss.item()), lr=lr,
+               completion_length=float(run.N - batch.lengths.mean()), time_generation=times[1] - times[0],
+               time_scoring=times[2] - times[1], time_update=times[3] - times[2],
+               judge_r2=mean(s.fresh['r2']), judge_boundary_error=mean(s.fresh['boundary_error']),
+               judge_loss=judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
+               judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None)
+    run.history.append(row)
+    run.reward_ma.append(row['reward'])
+    if rt.master:
+        run.tracker.log(row, step)
+    return row
+
+
+def should_stop(run, row, step, pre_update):
+    """The stopping rules, decided on rank 0: the KL cap (keeping the last policy under it), then the reward
+    rules. A judge-off control takes no reward-based stop: it runs its arm's steps (arm_log), whatever its
+    constant reward does."""
+    C = run.C
+    if C.max_kl and row['kl'] is not None and row['kl'] > C.max_kl:
+        run.stop_reason = f"max_kl: mean KL {row['kl']:.4f} exceeded {C.max_kl} at step {step}"
+        return True
+    run.last_ok_state, run.last_ok_step = pre_update, step
+    if C.judge_off or len(run.reward_ma) < C.reward_window:
+        return False
+    ma = sum(run.reward_ma) / len(run.reward_ma)
+    # Bradley-Terry fixes only differences of a pairwise judge's scores: its level says nothing
+    if ma >= C.reward_threshold and run.judge_loss_kind != 'pairwise':
+        run.stop_reason = f"reward_threshold: moving average {ma:.4f} >= {C.reward_threshold}"
+        return True
+    run.stopper.step(ma)
+    if run.stopper.should_stop:
+        run.stop_reason = f"plateau: reward moving average did not improve by {C.min_delta} for {C.patience} steps"
+        return True
+    return False
+
+
+def report(run, step, row, batch, stop):
+    """Every eval_interval steps (and at the end): the val perplexity into the row, a summary line and samples,
+    and a checkpoint (the last step's is the final save)."""
+    C = run.C
+    row['val_ppl'] = val_ppl(run)
+    run.tracker.log({'val_ppl': row['val_ppl']}, step)
+    tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
+               f"judge on fresh rollouts R2 {row['judge_r2']:.3f}, "
+               f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
+               f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}; time gen/score/update "
+               f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")
+    for seq in batch.seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
+        tqdm.write('  | ' + run.tokenizer.decode(seq)[-120:].replace('\n', '\n  | '))
+    if not stop and step + 1 < run.max_steps:
+        save(run, step + 1, None)
+
+
+def save_state(run, step):
+    """Everything an exact continuation needs after this step (each rank its own draws and replay)."""
+    judge_on = run.judge_opt is not None
+    save_resume_state(run.state_path, dict(
+        signature=run.signature, step=step, policy=run.policy.state_dict(), optimizer=run.optimizer.state_dict(),
+        reference=run.reference.state_dict() if run.reference is not None else None,
+        judge=run.reward_model.reward_head.state_dict() if judge_on else None,
+        judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
+        replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen), history=run.history,
+        ppl_start=run.ppl_start, judge_flops=run.judge_flops, reward_ma=list(run.reward_ma),
+        stopper=run.stopper.state_dict(), last_ok_state=run.last_ok_state, last_ok_step=run.last_ok_step))
+
+
+def restore_state(run, state):
+    """Everything the next step reads, as the interrupted run left it after its step state['step'] - 1; returns
+    the step to continue from."""
+    run.policy.load_state_dict(state['policy'])
+    run.optimizer.load_state_dict(state['optimizer'])
+    if run.reference is not None:
+        run.reference.load_state_dict(state['reference'])
+    if run.judge_opt is not None:
+        run.reward_model.reward_head.load_state_dict(state['judge'])
+        run.judge_opt.load_state_dict(state['judge_optimizer'])
+        run.replay.extend(tuple(None if t is None else t.to(run.rt.device) for t in r) for r in state['replay'])
+    set_rng_states(state['rng'], run.rng, run.gen, run.judge_gen)
+    run.history, run.ppl_start, run.judge_flops = state['history'], state['ppl_start'], state['judge_flops']
+    run.reward_ma.extend(state['reward_ma'])
+    run.stopper.load_state_dict(state['stopper'])
+    run.last_ok_state, run.last_ok_step = state['last_ok_state'], state['last_ok_step']
+    if state['step'] >= run.max_steps:
+        raise UserError(f"{run.state_path} is already at step {state['step']}: raise max_steps to continue it")
+    return state['step']
+
+
+def start(run, state):
+    """Fresh or resumed: the log file rewritten with the steps it resumes with, and the opening line."""
+    C = run.C
+    first_step = restore_state(run, state) if state is not None else 0
+    if state is None:
+        run.ppl_start = val_ppl(run) if run.rt.master else None
+    if run.rt.master:
+        os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
+        with open(run.log_path, 'w') as f:
+            f.writelines(json.dumps(row) + '\n' for row in run.history)
+        print(f"policy {C.policy_path} ({run.policy.get_num_params() / 1e6:.2f}M), reward model "
+              f"{C.reward_model_path}; {C.prompts_per_step} prompts x {C.num_generations} completions per step, "
+              f"N={run.N}; val ppl ({run.ppl_tokens}) at start {run.ppl_start:.3f}"
+              + (f"; resumed at step {first_step} from {run.state_path}" if state else '')
+              + ('; judge OFF: constant reward, zero advantages' if C.judge_off else '')
+              + (f"; {run.max_steps} steps, as its arm ({C.arm_log})" if C.arm_log else ''))
+    return first_step
+
+
+def finish(run, step, batch, s):
+    """The saved policy: under a KL stop the last one under the cap (its KL is its own rollouts'), else the
+    updated one (its KL measured on the last rollouts, its perplexity logged after the update); the summary."""
+    C, history = run.C, run.history
+    if run.stop_reason.startswith('max_kl'):
+        if run.last_ok_state is None:
+            raise UserError(f"the starting policy already exceeds max_kl={C.max_kl}; raise --max_kl")
+        run.policy.load_state_dict(run.last_ok_state)
+        final_step, final_kl, final_ppl = run.last_ok_step, history[run.last_ok_step]['kl'], val_ppl(run)
+        print(f"kept the policy of step {run.last_ok_step}, the last under the KL cap")
+    else:
+        final_step, final_ppl, final_kl = step + 1, history[-1]['val_ppl'], None
+        if run.reference is not None:
+            with torch.no_grad(), run.rt.ctx:
+                logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
+            final_kl = float((k3_kl(logps, s.ref_logps) * batch.mask).sum() / batch.mask.sum())
+    save(run, final_step, run.stop_reason, final_kl=final_kl, final_val_ppl=final_ppl, judge_off=C.judge_off)
+    first, last = [h['reward'] for h in history[:10]], [h['reward'] for h in history[-10:]]
+    t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
+    print(f"done: {len(history)} steps; stopped by {run.stop_reason}")
+    print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
+          f"saved policy: val ppl ({run.ppl_tokens}) {run.ppl_start:.3f} -> {final_ppl:.3f}, KL to the reference "
+          f"{'–' if final_kl is None else format(final_kl, '.4f')}; "
+          f"{run.flops_per_step * len(history):.3g} FLOPs")
+    total = sum(t.values())
+    plot_history(history, run.plot_path)
+    print("time: " + ', '.join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in t.items())
+          + f"; saved {C.out_path}, log {run.log_path}, plot {run.plot_path}")
+
+
+# -----------------------------------------------------------------------------
+
+def main(argv):
+    C = configure(DEFAULTS, argv)
+    check_config(C)
+    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    if C.prompts_per_step % rt.world_size:
+        raise UserError(f"prompts_per_step {C.prompts_per_step} must divide by the {rt.world_size} ranks")
+    run = setup(C, rt)
+    first_step = start(run, load_resume_state(run.state_path, run.signature) if C.resume else None)
+    bar = tqdm(total=run.max_steps, initial=first_step, desc='grpo', disable=not rt.master, dynamic_ncols=True,
+               mininterval=2.0)
+    for step in range(first_step, run.max_steps):
+        lr = warmup_lr(run.optimizer, C.learning_rate, C.warmup_steps, step)
+        t0 = time.time()
+        batch = rollouts(run)
+        t1 = time.time()
+        s = score(run, batch)
+        advantages, *adv_stats = advantages_of(C, rt, s.rewards, s.judged, batch.generated)
+        t2 = time.time()
+        # the policy that made these rollouts, kept while its KL is under the cap
+        pre_update = {k: v.detach().clone() for k, v in run.policy.state_dict().items()} if C.max_kl else None
+        u = policy_update(run, batch, s, advantages)
+        judge_loss = update_judge(run, s, step)
+        row = log_row(run, step, lr, batch, s, adv_stats, u, judge_loss, (t0, t1, t2, time.time()))
         stop = False
         if rt.master:
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}", refresh=False)
-            if C.max_kl and row['kl'] is not None and row['kl'] > C.max_kl:
-                stop, stop_reason = True, f"max_kl: mean KL {row['kl']:.4f} exceeded {C.max_kl} at step {step}"
-            else:
-                last_ok_state, last_ok_step = pre_update, step
-                ma = sum(reward_ma) / len(reward_ma)
-                # Bradley-Terry fixes only differences of a pairwise judge's scores: its level says nothing
-                if len(reward_ma) == C.reward_window and ma >= C.reward_threshold and judge_loss_kind != 'pairwise':
-                    stop, stop_reason = True, f"reward_threshold: moving average {ma:.4f} >= {C.reward_threshold}"
-                elif len(reward_ma) == C.reward_window:
-                    stopper.step(ma)
-                    if stopper.should_stop:
-                        stop, stop_reason = True, (f"plateau: reward moving average did not improve by {C.min_delta} "
-                                                   f"for {C.patience} steps")
-            if (step + 1) % C.eval_interval == 0 or step + 1 == C.max_steps or stop:
-                row['val_ppl'] = val_ppl()
-                tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
-                           f"judge on fresh rollouts R2 {row['judge_r2']:.3f}, "
-                           f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
-                           f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}; time gen/score/update "
-                           f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")
-                for s in seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
-                    tqdm.write('  | ' + tokenizer.decode(s)[-120:].replace('\n', '\n  | '))
-                if not stop and step + 1 < C.max_steps:  # the last step's checkpoint is the final save below
-                    save(step + 1, None)
-            with open(log_path, 'a') as f:
+            stop = should_stop(run, row, step, pre_update)
+            if (step + 1) % C.eval_interval == 0 or step + 1 == run.max_steps or stop:
+                report(run, step, row, batch, stop)
+            with open(run.log_path, 'a') as f:
                 f.write(json.dumps(row) + '\n')
         if broadcast_stop(stop, rt):
             break
-        if (step + 1) % C.eval_interval == 0 and step + 1 < C.max_steps:
-            save_state(step + 1)
+        if (step + 1) % C.eval_interval == 0 and step + 1 < run.max_steps:
+            save_state(run, step + 1)
     bar.close()
     if rt.master:
-        if stop_reason.startswith('max_kl'):  # keep the last policy under the cap: its KL is its own rollouts'
-            if last_ok_state is None:
-                raise UserError(f"the starting policy already exceeds max_kl={C.max_kl}; raise --max_kl")
-            policy.load_state_dict(last_ok_state)
-            final_step, final_kl, final_ppl = last_ok_step, history[last_ok_step]['kl'], val_ppl()
-            print(f"kept the policy of step {last_ok_step}, the last under the KL cap")
-        else:  # the updated policy: its KL measured on the last rollouts, its perplexity logged after the update
-            final_step, final_ppl, final_kl = step + 1, history[-1]['val_ppl'], None
-            if reference is not None:
-                with torch.no_grad(), rt.ctx:
-                    logps = token_logprobs(policy, seqs, C.temperature)[0]
-                final_kl = float((k3_kl(logps, ref_logps) * mask).sum() / mask.sum())
-        save(final_step, stop_reason, final_kl=final_kl, final_val_ppl=final_ppl, judge_off=C.judge_off)
-        first = [h['reward'] for h in history[:10]]
-        last = [h['reward'] for h in history[-10:]]
-        t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
-        print(f"done: {len(history)} steps; stopped by {stop_reason}")
-        print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
-              f"saved policy: val ppl ({ppl_tokens}) {ppl_start:.3f} -> {final_ppl:.3f}, KL to the reference "
-              f"{'–' if final_kl is None else format(final_kl, '.4f')}; {flops_per_step * len(history):.3g} FLOPs")
-        total = sum(t.values())
-        plot_path = os.path.splitext(C.out_path)[0] + '_curves.png'
-        plot_history(history, plot_path)
-        print("time: " + ', '.join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in t.items())
-              + f"; saved {C.out_path}, log {log_path}, plot {plot_path}")
-    if os.path.exists(state_path):  # finished: nothing left to resume
-        os.remove(state_path)
+        finish(run, step, batch, s)
+    run.tracker.close()
+    if os.path.exists(run.state_path):  # finished: nothing left to resume
+        os.remove(run.state_path)
     rt.close()
 
 

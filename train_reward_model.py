@@ -15,21 +15,21 @@ through the full forward. The val split is cut in two by block: one half selects
 kept), the other half gives the reported figures (`metrics` in the checkpoint; `selection_metrics` beside them).
 """
 
-import math
+import os
 import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
+from judge import compute_features, freeze_trunk, judge_loss, pair_accuracy, pairwise_loss, reward_metrics
 from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, sequence_probs, update_checkpoint
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
+from tracking import TRACKING_DEFAULTS, Tracker
 
 # -----------------------------------------------------------------------------
 model_path = ''  # the base (generator) checkpoint whose trunk the reward model uses
@@ -58,95 +58,23 @@ device = 'auto'
 dtype = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
-DEFAULTS = config_defaults(globals())
+DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
-def loss_fn(probs, y, kind):
-    if kind == 'mse':
-        return F.mse_loss(probs, y)
-    return -(y * torch.log(probs.clamp_min(1e-8))).sum(-1).mean()
-
-
-def crossover_targets(y, N):
-    """Per-position targets (B, N, 2) of crossover samples with labels y (B, 2) = [K/N, (N-K)/N]: position t is
-    natural ([1, 0]) iff t < K."""
-    K = torch.round(y[:, 0] * N)
-    natural = (torch.arange(N, device=y.device)[None, :] < K[:, None]).to(y.dtype)
-    return torch.stack([natural, 1 - natural], dim=-1)
-
-
-def judge_loss(probs, y, kind):
-    """The loss of a judge's output against crossover labels y (B, 2): per position for a token judge's (B, N, 2)."""
-    if probs.dim() == 3:
-        return loss_fn(probs.reshape(-1, 2), crossover_targets(y, probs.size(1)).reshape(-1, 2), kind)
-    return loss_fn(probs, y, kind)
-
-
-def judge_score(probs):
-    """A judge's score D = log P(natural) - log P(synthetic) of each sequence (a token judge's averaged probs)."""
-    p = sequence_probs(probs).float().clamp_min(1e-8)
-    return p[:, 0].log() - p[:, 1].log()
-
-
-def pairwise_loss(natural_probs, sample_probs):
-    """Bradley-Terry: -log sigma(D(natural) - D(sample)), averaged over pairs."""
-    return -F.logsigmoid(judge_score(natural_probs) - judge_score(sample_probs)).mean()
-
-
-def pair_accuracy(natural_probs, sample_probs):
-    """How often the judge ranks the natural block above its crossover sample (a tie counts half)."""
-    return float(((judge_score(natural_probs) - judge_score(sample_probs)).sign().mean() + 1) / 2)
-
-
-def freeze_trunk(model, unfreeze_layers):
-    """requires_grad=False everywhere but the head (and the last unfreeze_layers blocks + ln_f)."""
-    for p in model.parameters():
-        p.requires_grad = False
-    trainable = [model.reward_head]
-    if unfreeze_layers > 0:
-        trainable += list(model.transformer.h[-unfreeze_layers:]) + [model.transformer.ln_f]
-    for module in trainable:
-        for p in module.parameters():
-            p.requires_grad = True
-
-
-@torch.inference_mode()
-def compute_features(model, x_all, batch_size, rt, desc):
-    """Pooled features (n, n_embd) of every row of x_all (the reward head's input); under DDP each rank computes a
-    contiguous share."""
-    n = len(x_all)
-    per_token = (x_all.shape[1],) if model.config.reward_pooling == 'token' else ()
-    feats = torch.zeros(n, *per_token, model.config.n_embd, device=rt.device)
-    share = math.ceil(n / rt.world_size)
-    lo, hi = rt.rank * share, min(n, (rt.rank + 1) * share)
-    for i in tqdm(range(lo, hi, batch_size), desc=desc, disable=not rt.master, dynamic_ncols=True, leave=False):
-        x = torch.from_numpy(x_all[i:min(hi, i + batch_size)].astype(np.int64)).to(rt.device)
-        with rt.ctx:
-            feats[i:i + len(x)] = model.reward_features(x).float()
-    if rt.ddp:
-        dist.all_reduce(feats)
-    return feats.clone()  # a normal tensor, usable outside inference mode
-
-
-def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
-    """MSE (over both outputs, as the training loss), the constant-mean baseline, R², MAE and boundary error."""
-    p, t = np.asarray(p_natural, dtype=np.float64), np.asarray(y_natural, dtype=np.float64)
-    mse = float(np.mean((p - t) ** 2))  # both columns are 1-p and 1-t, so the 2-column MSE equals this
-    baseline = float(np.mean((baseline_mean - t) ** 2))
-    mae = float(np.mean(np.abs(p - t)))
-    return dict(mse=mse, baseline_mse=baseline, r2=1.0 - mse / baseline if baseline > 0 else 0.0, mae=mae,
-                boundary_error=block_size * mae)
-
-
-def main(argv):
-    C = configure(DEFAULTS, argv)
+def check_config(C):
     if C.loss not in ('mse', 'ce', 'pairwise'):
         raise UserError(f"loss must be 'mse', 'ce' or 'pairwise', got {C.loss!r}")
     if C.init_from not in ('base', 'resume'):
         raise UserError(f"init_from must be 'base' or 'resume', got {C.init_from!r}")
     if C.init_from == 'base' and not C.model_path:
         raise UserError("pass --model_path=BASE.pt (the generator checkpoint whose trunk the reward model uses)")
-    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    if C.reward_pooling not in POOLINGS:
+        raise UserError(f"reward_pooling must be one of {POOLINGS}, got {C.reward_pooling!r}")
+
+
+def load_judge(C, rt):
+    """The source checkpoint (the base, or the saved best when resuming) checked against the reward data; returns
+    (the source, its tokenization, the train and val datasets, the reward model with its trunk frozen as asked)."""
     src_path = C.model_path if C.init_from == 'base' else C.out_path
     src = load_checkpoint(src_path)
     if C.init_from == 'base' and src['model_args'].get('mode', 'generator') != 'generator':
@@ -164,39 +92,81 @@ def main(argv):
         raise UserError(f"reward data block size {N} exceeds the model's {src['model_args']['block_size']}")
     if not 0 <= C.unfreeze_layers <= src['model_args']['n_layer']:
         raise UserError(f"unfreeze_layers must be in [0, {src['model_args']['n_layer']}], got {C.unfreeze_layers}")
-    if C.reward_pooling not in POOLINGS:
-        raise UserError(f"reward_pooling must be one of {POOLINGS}, got {C.reward_pooling!r}")
     head = src['model_args'] if C.init_from == 'resume' else vars(C)  # a resumed head keeps its own shape
     model = GPT.from_checkpoint(src, mode='reward', device=rt.device,
                                 reward_head_hidden_dim=head['reward_head_hidden_dim'],
                                 reward_pooling=head.get('reward_pooling', 'last'))
     freeze_trunk(model, C.unfreeze_layers)
+    return src, tokenization, train_ds, val_ds, model
+
+
+def cache_features(C, model, train_ds, val_ds, pairwise, rt):
+    """With a frozen trunk, every sample's pooled features once (and the natural blocks' where pairs need them):
+    (train features, val features, {split: natural blocks' features}, FLOPs spent)."""
+    t0 = time.time()
+    model.eval()
+    N = train_ds.block_size
+    train_feats = compute_features(model, train_ds.x, C.feature_batch_size, rt, 'features (train)')
+    val_feats = compute_features(model, val_ds.x, C.feature_batch_size, rt, 'features (val)')
+    flops = model.flops_per_token() * (len(train_ds) + len(val_ds)) * N
+    natural_feats = {}
+    for ds, wanted in ((train_ds, pairwise), (val_ds, val_ds.natural is not None)):
+        if wanted:  # the natural blocks' features: the other half of each pair
+            natural_feats[ds.split] = compute_features(model, ds.natural, C.feature_batch_size, rt,
+                                                       f'features ({ds.split}, natural)')
+            flops += model.flops_per_token() * len(ds.natural) * N
+    if rt.master:
+        print(f"cached features of {len(train_ds)} + {len(val_ds)} samples in {time.time() - t0:.1f}s")
+    return train_feats, val_feats, natural_feats, flops
+
+
+def resume_from(src, optimizer, stopper):
+    """A resumed run continues the saved best's optimizer and early-stopping state: (iteration, best val loss)."""
+    optimizer.load_state_dict(src['optimizer'])
+    stopper.load_state_dict(src['early_stopping'])
+    return src['iter_num'], src['best_val_loss']
+
+
+def figures_line(iter_num, val_loss, m):
+    return (f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
+            f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens"
+            + (f" | pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else ''))
+
+
+def summarize(C, model, trunk_before, iter_num, epochs, elapsed, stop_reason, best_metrics, rows, N):
+    """The final lines: iterations, whether the trunk moved, and the test half's figures of the kept checkpoint."""
+    trunk_after = {k: v for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
+    changed = sum(not torch.equal(trunk_before[k], trunk_after[k]) for k in trunk_before)
+    print(f"done: {iter_num} iterations ({epochs:.1f} epochs), {elapsed:.1f}s; stopped by {stop_reason}")
+    print(f"trunk tensors changed: {changed} (unfreeze_layers={C.unfreeze_layers})")
+    if best_metrics:
+        m, (select_rows, test_rows) = best_metrics, rows
+        print(f"test half of val ({len(test_rows)} samples; the checkpoint was selected on the other "
+              f"{len(select_rows)}): mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, "
+              f"R2 {m['r2']:.4f}, MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens"
+              + (f", pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else '')
+              + f"; saved {C.out_path}")
+
+
+def main(argv):
+    C = configure(DEFAULTS, argv)
+    check_config(C)
+    rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
+    src, tokenization, train_ds, val_ds, model = load_judge(C, rt)
+    N, pairwise = train_ds.block_size, C.loss == 'pairwise'
     trunk_before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
     cached = C.unfreeze_layers == 0 and C.use_feature_cache
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
-    iter_num, best_val = 0, float('inf')
-    if C.init_from == 'resume':
-        optimizer.load_state_dict(src['optimizer'])
-        iter_num, best_val = src['iter_num'], src['best_val_loss']
-        stopper.load_state_dict(src['early_stopping'])
+    iter_num, best_val = resume_from(src, optimizer, stopper) if C.init_from == 'resume' else (0, float('inf'))
     src = None
 
     t0 = time.time()
-    natural_feats = {}  # split -> cached features of its natural blocks (pairs)
-    flops = 0  # compute spent (model.flops_per_token), recorded in the checkpoint for the cycle's compute matching
-    if cached:
-        model.eval()
-        train_feats = compute_features(model, train_ds.x, C.feature_batch_size, rt, 'features (train)')
-        val_feats = compute_features(model, val_ds.x, C.feature_batch_size, rt, 'features (val)')
-        flops += model.flops_per_token() * (len(train_ds) + len(val_ds)) * N
-        for ds, wanted in ((train_ds, pairwise), (val_ds, val_ds.natural is not None)):
-            if wanted:  # the natural blocks' features: the other half of each pair
-                natural_feats[ds.split] = compute_features(model, ds.natural, C.feature_batch_size, rt,
-                                                           f'features ({ds.split}, natural)')
-                flops += model.flops_per_token() * len(ds.natural) * N
-        if rt.master:
-            print(f"cached features of {len(train_ds)} + {len(val_ds)} samples in {time.time() - t0:.1f}s")
+    # compute spent (model.flops_per_token), recorded in the checkpoint for the cycle's compute matching
+    train_feats, val_feats, natural_feats, flops = cache_features(C, model, train_ds, val_ds, pairwise, rt) \
+        if cached else (None, None, {}, 0)
+    tracker = Tracker(C, f"judge/{os.path.splitext(os.path.basename(C.out_path))[0]}",
+                      os.path.dirname(os.path.abspath(C.out_path)), rt.master)
     train_module = model.reward_head if cached else model
     trained = DDP(train_module) if rt.ddp else train_module
     baseline_mean = float(np.mean(train_ds.y[:, 0]))
@@ -250,9 +220,8 @@ def main(argv):
         figures of the test half: the reported figures never come from the data that chose the checkpoint."""
         nonlocal best_val, best_metrics
         val_loss, m = evaluate(select_rows)
-        tqdm.write(f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
-                   f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens"
-                   + (f" | pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else ''))
+        tqdm.write(figures_line(iter_num, val_loss, m))
+        tracker.log(dict(val_loss=val_loss, loss=last_loss, **{f'val_{k}': v for k, v in m.items()}), iter_num)
         stopper.step(val_loss)
         if val_loss < best_val:
             best_val, best_metrics = val_loss, evaluate(test_rows)[1]
@@ -266,7 +235,7 @@ def main(argv):
                mininterval=2.0)
     train_mode = C.unfreeze_layers > 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
     model.train(train_mode)
-    epoch, step = -1, steps_per_epoch
+    epoch, step, last_loss = -1, steps_per_epoch, None
     while True:
         if step == steps_per_epoch:  # a new pass over the train split
             epoch, step = epoch + 1, 0
@@ -288,7 +257,7 @@ def main(argv):
         if C.grad_clip:
             torch.nn.utils.clip_grad_norm_(train_module.parameters(), C.grad_clip)
         optimizer.step()
-        iter_num, step = iter_num + 1, step + 1
+        iter_num, step, last_loss = iter_num + 1, step + 1, loss_t.item()
         bar.update(1)
         bar.set_postfix(loss=f"{loss_t.item():.4f}", epoch=epoch, refresh=False)
     bar.close()
@@ -296,18 +265,9 @@ def main(argv):
     if rt.master:
         if best_metrics:  # the saved (best) checkpoint gets the compute of the whole run
             update_checkpoint(C.out_path, flops=flops)
-        trunk_after = {k: v for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
-        changed = sum(not torch.equal(trunk_before[k], trunk_after[k]) for k in trunk_before)
-        epochs = iter_num * C.batch_size * rt.world_size / len(train_ds)
-        print(f"done: {iter_num} iterations ({epochs:.1f} epochs), {time.time() - t0:.1f}s; stopped by {stop_reason}")
-        print(f"trunk tensors changed: {changed} (unfreeze_layers={C.unfreeze_layers})")
-        if best_metrics:
-            m = best_metrics
-            print(f"test half of val ({len(test_rows)} samples; the checkpoint was selected on the other "
-                  f"{len(select_rows)}): mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, "
-                  f"R2 {m['r2']:.4f}, MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens"
-                  + (f", pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else '')
-                  + f"; saved {C.out_path}")
+        summarize(C, model, trunk_before, iter_num, iter_num * C.batch_size * rt.world_size / len(train_ds),
+                  time.time() - t0, stop_reason, best_metrics, (select_rows, test_rows), N)
+    tracker.close()
     rt.close()
 
 

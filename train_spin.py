@@ -32,10 +32,11 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint
-from reward_data_config import TokenizationInfo
 from runtime import (all_reduce_mean, load_resume_state, resume_file, rng_states, run_signature, save_resume_state,
                      set_rng_states, setup_runtime)
-from train_grpo import completion_mask, prompts_and_splits, sample_windows, token_logprobs, warmup_lr
+from policy import completion_mask, prompts_and_splits, sample_windows, token_logprobs, warmup_lr
+from tokenization_manager import TokenizationInfo
+from tracking import TRACKING_DEFAULTS, Tracker
 
 # -----------------------------------------------------------------------------
 policy_path = ''  # the previous iterate: the policy trained here, its frozen reference and its default opponent
@@ -67,7 +68,7 @@ backend = 'auto'
 dtype = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
-DEFAULTS = config_defaults(globals())
+DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
 def spin_loss(logp_real, ref_real, logp_gen, ref_gen, beta, loss_type='sigmoid'):
@@ -137,6 +138,8 @@ def main(argv):
     gen = torch.Generator(device=rt.device).manual_seed(C.seed * 1000 + rt.rank)
     n_rows = max(1, C.batch_size // rt.world_size)
     log_path = os.path.splitext(C.out_path)[0] + '_log.jsonl'
+    tracker = Tracker(C, f"spin/{os.path.basename(os.path.splitext(C.out_path)[0])}",
+                      os.path.dirname(os.path.abspath(C.out_path)), rt.master)
 
     # held-out pairs, drawn once: val windows and the previous iterate's continuations of their prompts
     eval_windows, eval_lengths = sample_windows(val, C.eval_prompts, C.min_prompt_len, hi, N,
@@ -215,6 +218,7 @@ def main(argv):
                            f"{row['heldout_logp_generated']:.2f}, val ppl {row['val_ppl']:.3f}")
             with open(log_path, 'a') as f:
                 f.write(json.dumps(row) + '\n')
+            tracker.log(row, step)
         history.append(row)
         if (step + 1) % C.eval_interval == 0 and step + 1 < C.max_steps:
             save_resume_state(state_path, dict(
@@ -234,6 +238,7 @@ def main(argv):
               f"{flops_per_step * len(history):.3g} FLOPs; saved {C.out_path}, log {log_path}")
     if os.path.exists(state_path):  # finished: nothing left to resume
         os.remove(state_path)
+    tracker.close()
     rt.close()
 
 

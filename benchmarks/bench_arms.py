@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import _plt, first_last  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
-from train_reward_model import pair_accuracy, reward_metrics  # noqa: E402
+from judge import pair_accuracy, reward_metrics  # noqa: E402
 
 
 # every arm starts from the seed's judge design as the default config had it before the arms table (mean-pooled,

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from runtime import setup_runtime  # noqa: E402
 from shared import bench_model  # noqa: E402
-from train_reward_model import compute_features, freeze_trunk, loss_fn  # noqa: E402
+from judge import compute_features, freeze_trunk, loss_fn  # noqa: E402
 
 
 class ArrayDataset:

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from configurator import configure  # noqa: E402
 from model import load_checkpoint  # noqa: E402
-from train import data_path  # noqa: E402
+from data_loader import data_path  # noqa: E402
 import run_cycles  # noqa: E402
 
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_script
-from evaluate import (compare, compare_paired, distinct_n, eval_windows, matched_temperature, repetition_rate,
-                      text_statistics, unknown_word_rate, words_of)
+from evaluate import distinct_n, eval_windows, repetition_rate, text_statistics, unknown_word_rate, words_of
 from model import load_checkpoint
+from verdict import compare, compare_paired, matched_temperature
 
 
 def test_distinct_n_and_repetition_exact_values():

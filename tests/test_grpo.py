@@ -8,7 +8,8 @@ import torch
 
 from conftest import run_script
 from model import GPT, load_checkpoint
-from train_grpo import completion_mask, group_advantages, grpo_loss, sample_prompts, token_advantages_of
+from policy import completion_mask, sample_prompts
+from train_grpo import group_advantages, grpo_loss, token_advantages_of
 
 
 def test_group_advantages_and_zero_std_groups():
@@ -247,7 +248,7 @@ def grpo_judge_run(d, name, *extra):
 def heldout_r2(judge_path, data_dir):
     """R² on the held-out samples whose crossover lies where GRPO's prompts end (K <= N/2): what the judge scores."""
     from reward_dataset_loader import RewardDataset
-    from train_reward_model import reward_metrics
+    from judge import reward_metrics
     judge = GPT.from_checkpoint(judge_path)
     ds = RewardDataset(data_dir, 'val')
     rows = np.flatnonzero(ds.y[:, 0] <= 0.5)
@@ -415,3 +416,95 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
         train_grpo.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
     r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}', '--learning_rate=1e-3')
     assert r.returncode == 0 and 'not resuming' in r.stdout and 'resumed at' not in r.stdout, r.stderr[-2000:]
+
+
+def test_judge_off_runs_its_arms_steps_whatever_the_reward_rules_say(tmp_path, known_answer_run, char_ckpt,
+                                                                      char_data):
+    """The judge-off control reads its arm's step count from the arm's log and runs exactly that many steps: the
+    reward threshold and plateau rules that would stop it at once (its constant 0.5 is over the threshold) do not
+    apply, and an arm that stopped early is matched too."""
+    d, _ = known_answer_run
+    args = ['train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}',
+            f'--dataset={char_data}', '--device=cpu', '--prompts_per_step=2', '--num_generations=2',
+            '--eval_interval=100', '--ppl_max_tokens=500']
+    early = ['--reward_threshold=0.4', '--reward_window=2', '--patience=1', '--max_steps=6']
+    steps = lambda p: len(load_checkpoint(str(p))['metrics']['history'])  # noqa: E731
+    for arm_rules, arm_steps in ((['--reward_threshold=2.0', '--max_steps=5'], 5),
+                                 (['--reward_threshold=0.0', '--reward_window=2', '--max_steps=6'], 2)):
+        r = run_script(*args, *arm_rules, f'--out_path={tmp_path / "arm.pt"}')
+        assert r.returncode == 0 and steps(tmp_path / 'arm.pt') == arm_steps, r.stderr[-2000:]
+        r = run_script(*args, *early, '--judge_off=True', f'--arm_log={tmp_path / "arm_log.jsonl"}',
+                       f'--out_path={tmp_path / "off.pt"}')
+        assert r.returncode == 0 and f'{arm_steps} steps, as its arm' in r.stdout, r.stderr[-2000:]
+        off = load_checkpoint(str(tmp_path / 'off.pt'))['metrics']
+        assert len(off['history']) == arm_steps and off['stop_reason'] == 'max_steps'
+    r = run_script(*args, f'--arm_log={tmp_path / "arm_log.jsonl"}', f'--out_path={tmp_path / "x.pt"}')
+    assert r.returncode == 2 and 'judge_off' in r.stderr and 'Traceback' not in r.stderr
+
+
+def _ddp_advantages_and_dapo(rank, world, port, case, out):
+    """One rank of the gloo check: its share of the batch, the trainer's own advantage and loss code."""
+    import os
+    from contextlib import nullcontext
+    import torch.distributed as dist
+    from runtime import Runtime, all_reduce_mean, global_sum
+    from train_grpo import advantages_of
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world)
+    rt = Runtime('cpu', 'cpu', nullcontext(), torch.float32, ddp=True, rank=rank, world_size=world)
+    torch.save(grpo_batch_figures(case, rt, slice(rank * 8, (rank + 1) * 8), global_sum, all_reduce_mean),
+               f'{out}.{rank}')
+    dist.destroy_process_group()
+
+
+def grpo_batch_figures(case, rt, rows, global_sum, mean):
+    """'batch'-scaled advantages (sequence and token level) and the 'dapo' loss and its (rank-averaged) gradient of
+    the batch rows `rows`, as the trainer computes them."""
+    from types import SimpleNamespace
+    from train_grpo import advantages_of
+    rewards, judged, generated, logps, old = (case[k][rows] for k in ('rewards', 'judged', 'generated', 'logps', 'old'))
+    C = SimpleNamespace(num_generations=4, scale_rewards='batch', token_advantages=False, token_discount=0.5)
+    adv = advantages_of(C, rt, rewards, judged, generated)[0]
+    C.token_advantages = True
+    token_adv = advantages_of(C, rt, rewards, judged, generated)[0]
+    logps = logps.clone().requires_grad_(True)
+    mask = generated[:, 1:]
+    count = global_sum(mask.sum(), rt).float() / rt.world_size if rt.ddp else None
+    loss, _ = grpo_loss(logps, old, None, token_adv, mask, loss_type='dapo', token_count=count)
+    loss.backward()
+    grad = logps.grad
+    if rt.ddp:  # what DDP does to the gradients: their mean over the ranks
+        full = torch.zeros(16, *grad.shape[1:])
+        full[rows] = grad
+        torch.distributed.all_reduce(full)
+        grad = full / rt.world_size
+    return dict(adv=adv, token_adv=token_adv, loss=mean(loss.item(), rt), grad=grad)
+
+
+def test_two_gloo_ranks_compute_what_one_process_computes(tmp_path):
+    """Two ranks whose rewards differ in scale: 'batch' scaling divides by the std of every rank's rewards pooled
+    (TRL gathers them), and 'dapo' by the global token count over the world size, so advantages, the logged loss
+    and the averaged gradient equal one process's on the whole batch."""
+    import socket
+    import torch.multiprocessing as mp
+    from contextlib import nullcontext
+    from runtime import Runtime, all_reduce_mean, global_sum
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.cat([0.5 + 0.01 * torch.randn(8, generator=g), 0.5 + 0.3 * torch.randn(8, generator=g)])
+    lengths = torch.randint(2, 9, (4,), generator=g).repeat_interleave(4)  # a group shares its prompt length
+    generated = (torch.arange(12)[None, :] >= lengths[:, None]).float()
+    case = dict(rewards=rewards, judged=torch.rand(16, 12, generator=g), generated=generated,
+                logps=-torch.rand(16, 11, generator=g), old=-torch.rand(16, 11, generator=g))
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_advantages_and_dapo, args=(2, port, case, str(tmp_path / 'rank')), nprocs=2)
+    ranks = [torch.load(tmp_path / f'rank.{r}', weights_only=True) for r in range(2)]
+    one = grpo_batch_figures(case, Runtime('cpu', 'cpu', nullcontext(), torch.float32), slice(0, 16), global_sum,
+                             all_reduce_mean)
+    torch.testing.assert_close(torch.cat([r['adv'] for r in ranks]), one['adv'])
+    torch.testing.assert_close(torch.cat([r['token_adv'] for r in ranks]), one['token_adv'])
+    assert ranks[0]['loss'] == pytest.approx(one['loss'], rel=1e-6) and ranks[0]['loss'] == ranks[1]['loss']
+    torch.testing.assert_close(ranks[0]['grad'], one['grad'])
+    per_rank_std = [case['rewards'][:8].std(), case['rewards'][8:].std()]
+    assert max(per_rank_std) / min(per_rank_std) > 5  # the case where per-rank scaling was wrong

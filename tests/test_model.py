@@ -186,6 +186,111 @@ def test_static_decode_rejects_nan_after_the_loop():
         m.generate(torch.zeros(2, 2, dtype=torch.long), 5, sampler='fast')
 
 
+@pytest.mark.parametrize('dtype', [torch.int32, torch.int64, torch.int16])
+def test_static_decode_takes_any_integer_prompt_and_reuses_its_buffers(dtype):
+    """Every path takes int16/int32/int64 prompts and returns int64; a second call of the same shape reuses the
+    decoder's fixed buffers (what a recorded graph replays) and still draws the eager tokens for its new prompts."""
+    import model
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    for call in range(2):
+        g = torch.Generator().manual_seed(call)
+        idx = torch.randint(0, 50, (4, 12), generator=g)
+        lengths = torch.randint(1, 13, (4,), generator=g)
+        kw = dict(temperature=0.8, top_k=7, prompt_lengths=lengths)
+        eager = m.generate(idx.long(), 28, generator=torch.Generator().manual_seed(9), sampler='eager', **kw)
+        fast = m.generate(idx.to(dtype), 28, generator=torch.Generator().manual_seed(9), sampler='static', **kw)
+        assert fast.dtype == torch.long and torch.equal(eager, fast)
+        assert len(model._decoders[m]['decoders']) == 1
+    with pytest.raises(ValueError, match='integer token ids'):
+        m.generate(idx.float(), 5)
+
+
+def test_auto_sampler_is_the_eager_loop_and_weights_that_move_drop_the_cache():
+    import model
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 50, (3, 5))
+    auto = m.generate(idx, 20, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(auto, m.generate(idx, 20, generator=torch.Generator().manual_seed(1), sampler='eager'))
+    assert m not in model._decoders  # 'auto' built no static decoder
+    m.generate(idx, 20, sampler='static')
+    first = model._decoders[m]
+    m.crop_block_size(30)  # a parameter replaced: a recorded graph would read freed memory
+    m.generate(idx, 20, sampler='static')
+    assert model._decoders[m] is not first and len(model._decoders[m]['decoders']) == 1
+
+
+@pytest.mark.parametrize('sampler', ['graph', 'compile'])
+def test_a_failed_recording_falls_back_to_the_eager_tokens_with_one_warning(sampler, monkeypatch):
+    """The recording branch forced on CPU: 'graph' fails when it records (after two real warm-up steps), 'compile'
+    when torch.compile fails on its first call. Either way the call restores the generator, samples with the eager
+    loop, warns once, and keeps no decoder that failed."""
+    import warnings
+    import model
+    monkeypatch.setattr(model, 'can_record', lambda device: True)
+    monkeypatch.setattr(model.StaticDecoder, 'record',
+                        lambda self, args: self.guarded(lambda: (_ for _ in ()).throw(RuntimeError('capture broke'))))
+
+    def broken_compile(fn, **kw):
+        def run(*args):
+            raise RuntimeError('inductor broke')
+        return run
+    monkeypatch.setattr(torch, 'compile', broken_compile)
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 50, (4, 8))
+    eager = m.generate(idx, 30, temperature=0.9, generator=torch.Generator().manual_seed(5), sampler='eager')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        fast = m.generate(idx, 30, temperature=0.9, generator=torch.Generator().manual_seed(5), sampler=sampler)
+    assert torch.equal(eager, fast)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and 'falls back' not in messages[0] and 'eager loop' in messages[0]
+    assert ('capture broke' if sampler == 'graph' else 'inductor broke') in messages[0]
+    assert not model._decoders[m]['decoders']
+
+
+@pytest.mark.parametrize('sampler', ['eager', 'static'])
+def test_a_token_outside_the_vocabulary_raises(sampler):
+    """A model whose logits are forced past its vocabulary (an output layer wider than vocab_size) makes generate
+    raise once, after the loop, instead of returning ids no tokenizer can read. One new token: fed back, such an id
+    would already fail inside the embedding."""
+    m = tiny()
+    wide = torch.nn.Linear(16, 55, bias=True)
+    with torch.no_grad():
+        wide.weight.zero_()
+        wide.bias.fill_(-10.0)
+        wide.bias[52] = 10.0
+    m.lm_head = wide
+    with pytest.raises(ValueError, match='outside the vocabulary'):
+        m.generate(torch.zeros(2, 2, dtype=torch.long), 1, sampler=sampler)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_decode_loops_draw_the_eager_tokens():
+    """On a GPU (python -m pytest -k cuda): eager, static, graph and compile draw the same tokens from the same
+    generator state, in float32 and under bf16 autocast; a second call of the same shape replays the graph recorded
+    by the first; on the last device, as --device=cuda:N does, the loops record there."""
+    import model
+    dev = torch.device(f'cuda:{torch.cuda.device_count() - 1}')
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=64, vocab_size=80, n_layer=2, n_head=2, n_embd=64)).to(dev).eval()
+    for dtype in (None, torch.bfloat16):
+        ctx = torch.autocast('cuda', dtype=dtype) if dtype else torch.autocast('cuda', enabled=False)
+        for call in range(2):
+            idx = torch.randint(0, 80, (8, 16), device=dev, generator=torch.Generator(dev).manual_seed(call))
+            lengths = torch.randint(1, 17, (8,), device=dev, generator=torch.Generator(dev).manual_seed(call))
+            outs = {}
+            for sampler in ('eager', 'static', 'graph', 'compile'):
+                with ctx:
+                    outs[sampler] = m.generate(idx, 48, temperature=0.8, top_k=10, prompt_lengths=lengths,
+                                               generator=torch.Generator(dev).manual_seed(7), sampler=sampler)
+            for sampler in ('static', 'graph', 'compile'):
+                assert torch.equal(outs['eager'], outs[sampler]), (dtype, call, sampler)
+        graphs = [d.graph for d in model._decoders[m]['decoders'].values() if d.records]
+        assert graphs and all(g is not None for g in graphs)
+
+
 def save(m, path, **kw):
     save_checkpoint(str(path), m, iter_num=3, best_val_loss=1.5, config={'a': 1},
                     tokenization={'method': 'char', 'vocab_size': 50, 'meta_path': None}, **kw)

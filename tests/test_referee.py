@@ -5,7 +5,8 @@ import random
 import pytest
 
 from conftest import make_text
-from evaluate import judge_verdict, matched_temperature, two_sample_test
+from evaluate import two_sample_test
+from verdict import judge_verdict, matched_temperature
 
 
 def windows(text, n, length=120):

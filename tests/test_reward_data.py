@@ -7,7 +7,8 @@ import torch
 from conftest import prepare_reward, run_script
 from data_loader import load_token_splits
 from model import GPT
-from reward_data_config import RewardDataConfig, TokenizationInfo
+from reward_data_config import RewardDataConfig
+from tokenization_manager import TokenizationInfo
 from reward_dataset_loader import RewardDataset, create_reward_dataloaders
 from configurator import UserError
 

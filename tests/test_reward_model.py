@@ -7,7 +7,7 @@ import torch
 
 from conftest import run_script
 from model import GPT, load_checkpoint
-from train_reward_model import crossover_targets, judge_loss, pair_accuracy, pairwise_loss, reward_metrics
+from judge import crossover_targets, judge_loss, pair_accuracy, pairwise_loss, reward_metrics
 
 
 def train_rm(ckpt, data, out, *extra):

@@ -71,6 +71,13 @@ def test_ddp_two_processes_gloo(tmp_path, char_data):
                    env={'OMP_NUM_THREADS': '1'})
     assert r.returncode == 0, r.stderr[-2000:]
     assert load_checkpoint(str(out / 'ckpt.pt'))['iter_num'] == 6
+    # nanoGPT's config with one accumulation step under two ranks: a one-line error naming the fix
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train.py',
+                   f'--dataset={char_data}', f'--out_dir={tmp_path / "bad"}', '--n_layer=1', '--n_head=2',
+                   '--n_embd=16', '--block_size=16', '--max_iters=2', '--device=cpu', '--backend=gloo',
+                   '--compile=False', env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode != 0 and 'AssertionError' not in r.stderr
+    assert 'must divide by the 2 processes' in r.stderr and '--gradient_accumulation_steps=2' in r.stderr
 
 
 def test_sample_uses_checkpoint_tokenization(char_ckpt):

@@ -1,0 +1,136 @@
+"""
+What every judge shares, offline (train_reward_model.py), online in GRPO and fresh in the referee (evaluate.py):
+its losses (pointwise against crossover labels, per position for a token judge, Bradley-Terry against a natural
+window), its score and pair accuracy, its figures against the crossover labels, the frozen-trunk features, the
+online update, and the two commands that make a judge from scratch (reward data, then the reward model).
+"""
+
+import math
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from model import sequence_probs
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def loss_fn(probs, y, kind):
+    if kind == 'mse':
+        return F.mse_loss(probs, y)
+    return -(y * torch.log(probs.clamp_min(1e-8))).sum(-1).mean()
+
+
+def crossover_targets(y, N):
+    """Per-position targets (B, N, 2) of crossover samples with labels y (B, 2) = [K/N, (N-K)/N]: position t is
+    natural ([1, 0]) iff t < K."""
+    K = torch.round(y[:, 0] * N)
+    natural = (torch.arange(N, device=y.device)[None, :] < K[:, None]).to(y.dtype)
+    return torch.stack([natural, 1 - natural], dim=-1)
+
+
+def judge_loss(probs, y, kind):
+    """The loss of a judge's output against crossover labels y (B, 2): per position for a token judge's (B, N, 2)."""
+    if probs.dim() == 3:
+        return loss_fn(probs.reshape(-1, 2), crossover_targets(y, probs.size(1)).reshape(-1, 2), kind)
+    return loss_fn(probs, y, kind)
+
+
+def judge_score(probs):
+    """A judge's score D = log P(natural) - log P(synthetic) of each sequence (a token judge's averaged probs)."""
+    p = sequence_probs(probs).float().clamp_min(1e-8)
+    return p[:, 0].log() - p[:, 1].log()
+
+
+def pairwise_loss(natural_probs, sample_probs):
+    """Bradley-Terry: -log sigma(D(natural) - D(sample)), averaged over pairs."""
+    return -F.logsigmoid(judge_score(natural_probs) - judge_score(sample_probs)).mean()
+
+
+def pair_accuracy(natural_probs, sample_probs):
+    """How often the judge ranks the natural block above its crossover sample (a tie counts half)."""
+    return float(((judge_score(natural_probs) - judge_score(sample_probs)).sign().mean() + 1) / 2)
+
+
+def freeze_trunk(model, unfreeze_layers):
+    """requires_grad=False everywhere but the head (and the last unfreeze_layers blocks + ln_f)."""
+    for p in model.parameters():
+        p.requires_grad = False
+    trainable = [model.reward_head]
+    if unfreeze_layers > 0:
+        trainable += list(model.transformer.h[-unfreeze_layers:]) + [model.transformer.ln_f]
+    for module in trainable:
+        for p in module.parameters():
+            p.requires_grad = True
+
+
+@torch.inference_mode()
+def compute_features(model, x_all, batch_size, rt, desc):
+    """Pooled features (n, n_embd) of every row of x_all (the reward head's input); under DDP each rank computes a
+    contiguous share."""
+    n = len(x_all)
+    per_token = (x_all.shape[1],) if model.config.reward_pooling == 'token' else ()
+    feats = torch.zeros(n, *per_token, model.config.n_embd, device=rt.device)
+    share = math.ceil(n / rt.world_size)
+    lo, hi = rt.rank * share, min(n, (rt.rank + 1) * share)
+    for i in tqdm(range(lo, hi, batch_size), desc=desc, disable=not rt.master, dynamic_ncols=True, leave=False):
+        x = torch.from_numpy(x_all[i:min(hi, i + batch_size)].astype(np.int64)).to(rt.device)
+        with rt.ctx:
+            feats[i:i + len(x)] = model.reward_features(x).float()
+    if rt.ddp:
+        dist.all_reduce(feats)
+    return feats.clone()  # a normal tensor, usable outside inference mode
+
+
+def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
+    """MSE (over both outputs, as the training loss), the constant-mean baseline, R², MAE and boundary error."""
+    p, t = np.asarray(p_natural, dtype=np.float64), np.asarray(y_natural, dtype=np.float64)
+    mse = float(np.mean((p - t) ** 2))  # both columns are 1-p and 1-t, so the 2-column MSE equals this
+    baseline = float(np.mean((baseline_mean - t) ** 2))
+    mae = float(np.mean(np.abs(p - t)))
+    return dict(mse=mse, baseline_mse=baseline, r2=1.0 - mse / baseline if baseline > 0 else 0.0, mae=mae,
+                boundary_error=block_size * mae)
+
+
+def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
+    """steps optimizer steps of the judge's head on minibatches of the replay buffer ((features, labels, and for a
+    pairwise judge the features of each rollout's natural window) of the latest and earlier rollouts); gradients
+    averaged over ranks. Returns the mean loss."""
+    feats, labels = torch.cat([r[0] for r in replay]), torch.cat([r[1] for r in replay])
+    natural = torch.cat([r[2] for r in replay]) if loss_kind == 'pairwise' else None
+    losses = []
+    for _ in range(steps):
+        rows = torch.randint(len(feats), (batch_size,), generator=gen).to(feats.device)
+        if natural is not None:  # each rollout against its prompt's natural window, through one forward
+            out = head(torch.cat([feats[rows], natural[rows]]))
+            loss = pairwise_loss(out[batch_size:], out[:batch_size])
+        else:
+            loss = judge_loss(head(feats[rows]), labels[rows], loss_kind)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if rt.ddp:
+            for p in head.parameters():
+                torch.distributed.all_reduce(p.grad)
+                p.grad.div_(rt.world_size)
+        optimizer.step()
+        losses.append(loss.item())
+    return float(np.mean(losses))
+
+
+def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
+                    top_k=None):
+    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way."""
+    return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
+            '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
+            '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
+            '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)]
+
+
+def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):
+    """The train_reward_model.py call of a judge; rm_args is the recipe (options of train_reward_model.py)."""
+    return [os.path.join(ROOT, 'train_reward_model.py'), f'--model_path={model_path}', f'--data_dir={data_dir}',
+            f'--out_path={out_path}', f'--seed={seed}', f'--device={device}'] + list(rm_args)
