@@ -4,6 +4,10 @@ import random
 import subprocess
 import sys
 
+# the suite runs on two pytest-xdist workers (pytest.ini): one thread per process keeps them from oversubscribing two
+# cores; set before torch is imported, so in-process runs and the scripts they are compared with thread alike
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
