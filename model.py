@@ -297,7 +297,7 @@ class GPT(nn.Module):
             assert 1 <= start and int(prompt_lengths.max()) <= T, "prompt lengths must lie in [1, T]"
         args = (idx, total, start, prompt_lengths, temperature, top_k, generator, entropy)
         sampler = 'eager' if sampler == 'auto' else sampler
-        result = None
+        result = decoder = None
         if sampler != 'eager' and total <= self.config.block_size and start < total:
             rng = rng_snapshot(generator, idx.device)
             try:
@@ -305,7 +305,8 @@ class GPT(nn.Module):
                     decoder = static_decoder(self, B, total, temperature, top_k, entropy, sampler)
                     result = decoder.run(*args)
             except RecordingFailed as e:
-                decoder.evict()
+                if decoder is not None:
+                    decoder.evict()
                 warnings.warn(f"sampler {sampler!r} failed to compile or record its decode step ({e}); this call "
                               f"samples with the eager loop instead", RuntimeWarning, stacklevel=2)
                 rng.restore()
@@ -522,8 +523,8 @@ class StaticDecoder:
         self.u = torch.empty(B, 1, device=device)
         self.finite = torch.ones((), dtype=torch.bool, device=device)
         self.step = GPT._decode_step
-        if sampler == 'compile':
-            self.step = torch.compile(GPT._decode_step, fullgraph=True, dynamic=False)
+        if sampler == 'compile':  # compiles on its first call; a Python torch.compile rejects fails here
+            self.step = self.guarded(lambda: torch.compile(GPT._decode_step, fullgraph=True, dynamic=False))
         self.records = sampler in ('graph', 'compile') and can_record(device)
         self.checked = sampler != 'compile'  # a compiled step proves itself on its first call
         self.graph, self.warm_steps = None, 0

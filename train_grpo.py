@@ -413,7 +413,7 @@ def advantages_of(C, rt, rewards, judged, generated):
     return advantages, zero_std, group_std
 
 
-def policy_update(run, batch, s, advantages):
+def policy_update(run, batch, s):
     """num_iterations optimizer passes over these rollouts; the first pass fixes the rollout log-probs (ratio
     exactly 1). The policy stays in eval mode: no dropout in its log-probs (TRL's disable_dropout). 'dapo' and the
     NLL term divide by the global token count over the world size, so DDP's averaged gradient is the whole batch's."""
@@ -428,7 +428,7 @@ def policy_update(run, batch, s, advantages):
         if u.old_logps is None:
             u.old_logps = logps.detach()
             u.entropy = (token_entropy * batch.mask).sum() / batch.mask.sum()
-        u.loss, pass_stats = grpo_loss(logps, u.old_logps, s.ref_logps, advantages, batch.mask, C.epsilon,
+        u.loss, pass_stats = grpo_loss(logps, u.old_logps, s.ref_logps, s.advantages, batch.mask, C.epsilon,
                                        C.epsilon_high, C.beta, C.loss_type, run.max_completion,
                                        token_count=dapo_tokens if rt.ddp else None)
         u.stats = u.stats or pass_stats  # KL of the rollout policy: measured on the first pass
@@ -460,19 +460,18 @@ def update_judge(run, s, step):
                         C.judge_batch_size, run.judge_loss_kind, run.judge_gen, run.rt)
 
 
-def log_row(run, step, lr, batch, s, adv_stats, u, judge_loss, times):
+def log_row(run, step, lr, batch, s, u, times):
     """The step's row of the JSONL log (every rank's figures averaged), kept in the history and sent to the
     trackers."""
     rt, mean = run.rt, (lambda v: all_reduce_mean(v, run.rt))
-    zero_std, group_std = adv_stats
     row = dict(step=step, reward=mean(s.rewards.mean().item()), reward_std=mean(s.rewards.std().item()),
-               reward_group_std=mean(group_std), frac_reward_zero_std=mean(zero_std / run.n_prompts),
+               reward_group_std=mean(s.group_std), frac_reward_zero_std=mean(s.zero_std / run.n_prompts),
                kl=None if u.stats['kl'] is None else mean(u.stats['kl']), clip_ratio=mean(u.stats['clip_ratio']),
                entropy=mean(u.entropy.item()), grad_norm=u.grad_norm, loss=mean(u.loss.item()), lr=lr,
                completion_length=float(run.N - batch.lengths.mean()), time_generation=times[1] - times[0],
                time_scoring=times[2] - times[1], time_update=times[3] - times[2],
                judge_r2=mean(s.fresh['r2']), judge_boundary_error=mean(s.fresh['boundary_error']),
-               judge_loss=judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
+               judge_loss=u.judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
                judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None)
     run.history.append(row)
     run.reward_ma.append(row['reward'])
@@ -622,13 +621,13 @@ def main(argv):
         batch = rollouts(run)
         t1 = time.time()
         s = score(run, batch)
-        advantages, *adv_stats = advantages_of(C, rt, s.rewards, s.judged, batch.generated)
+        s.advantages, s.zero_std, s.group_std = advantages_of(C, rt, s.rewards, s.judged, batch.generated)
         t2 = time.time()
         # the policy that made these rollouts, kept while its KL is under the cap
         pre_update = {k: v.detach().clone() for k, v in run.policy.state_dict().items()} if C.max_kl else None
-        u = policy_update(run, batch, s, advantages)
-        judge_loss = update_judge(run, s, step)
-        row = log_row(run, step, lr, batch, s, adv_stats, u, judge_loss, (t0, t1, t2, time.time()))
+        u = policy_update(run, batch, s)
+        u.judge_loss = update_judge(run, s, step)
+        row = log_row(run, step, lr, batch, s, u, (t0, t1, t2, time.time()))
         stop = False
         if rt.master:
             bar.update(1)

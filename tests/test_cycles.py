@@ -136,6 +136,15 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     # the MLE control kept its best val checkpoint within its allowance, and says where it stopped
     assert 0 <= v['mle_best_iter'] <= v['mle_stopped_at'] <= v['mle_iters'] and v['mle_stop_reason']
     assert load_checkpoint(str(out / 'judgeoff_v2.pt'))['metrics']['judge_off']
+    # the judge-off control ran its arm's steps; the verdict records both runs' steps and compute
+    arm_steps = len(load_checkpoint(str(out / 'base_model_v2.pt'))['metrics']['history'])
+    assert v['arm_steps'] == v['judge_off_steps'] == arm_steps and v['judge_off_flops'] > 0 and v['arm_flops'] > 0
+    assert f"ran {arm_steps} GRPO steps" in report
+    # every stage's wall time and peak memory, in the report and on disk
+    times = json.loads((out / 'stage_times.json').read_text())
+    assert {'base v1', 'cycle 2: GRPO -> base v3', 'cycle 2: verdict'} <= set(times)
+    assert times['base v1']['peak_mb'] > 0 and times['cycle 2: verdict']['peak_mb'] is None
+    assert '## Stage times' in report and '| base v1 |' in report and '**all stages**' in report
     assert 'judge-off control' in report and 'two-sample AUC' in report and 'against the judge-off control' in report
     assert 'finished: num_cycles (2)' in stdout
     assert_consistent(out)
