@@ -277,7 +277,7 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs."""
     out = tmp_path / 'spin'
     stdout = cycles(out, char_data, '--num_cycles=2', '--trainer=spin', '--spin_max_steps=3', '--spin_batch_size=4',
-                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0')
+                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--tensorboard_log=True')
     assert 'finished: num_cycles (2)' in stdout
     assert not any(s.startswith(('cycle 1: reward', 'cycle 1: GRPO')) for s in stages_run(stdout))
     assert 'cycle 2: SPIN -> base v3' in stages_run(stdout)
@@ -292,3 +292,8 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     report = (out / 'report.md').read_text()
     assert '(SPIN)' in report and 'held-out margin' in report and 'Cycle 2 verdict' in report
     assert_consistent(out)
+    # tracking on: each trainer stage its own TensorBoard folder under the run's, with the trainer's own keys
+    from test_tracking import tensorboard_scalars
+    assert {'base_v1', 'spin_v1', 'spin_v2', 'mle_v2', 'mle_v3'} <= set(os.listdir(out / 'tensorboard'))
+    assert {'loss', 'margin', 'heldout_margin'} <= set(tensorboard_scalars(str(out / 'tensorboard' / 'spin_v2')))
+    assert 'val_loss' in tensorboard_scalars(str(out / 'tensorboard' / 'base_v1'))
