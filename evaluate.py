@@ -37,7 +37,7 @@ import torch
 
 from configurator import UserError, run_cli
 from data_loader import resolve_data_dir
-from judge import reward_data_cmd, reward_model_cmd
+from judge import reward_data_cmd, reward_model_cmd, sight_auc
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
@@ -228,10 +228,12 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     if not A.no_mauve:
         figures['mauve'], figures['mauve_sd'] = mauve_with_spread(
             reference_features, mean_pooled_features(referee, samples), A.seed)
-    if reward_model is not None:
+    if reward_model is not None:  # its sight: natural against sampled, on the two-sample test's own windows
         with torch.no_grad():
-            figures['mean_p_natural'] = float(reward_model(samples)[0][:, 0].mean())
-            figures['mean_p_natural_of_natural_text'] = float(reward_model(reference.to(device))[0][:, 0].mean())
+            p_samples = reward_model(samples)[0][:, 0].cpu().numpy()
+            p_natural = reward_model(reference.to(device))[0][:, 0].cpu().numpy()
+        figures.update(mean_p_natural=float(p_samples.mean()), mean_p_natural_of_natural_text=float(p_natural.mean()),
+                       judge_sight_auc=sight_auc(p_natural, p_samples))
     figures['samples'] = texts[:3]
     if A.judge_seeds:
         seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]
@@ -249,7 +251,8 @@ def parse_args(argv):
     p.add_argument('--out', default='eval.json')
     p.add_argument('--temperatures', default='1.0', help="comma-separated sampling temperatures, each a point")
     p.add_argument('--top_k', type=lambda s: None if s == 'None' else int(s), default=None)
-    p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples is reported")
+    p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples and "
+                   "sight (AUC, natural windows against the samples) are reported")
     p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')

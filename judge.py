@@ -57,9 +57,10 @@ def pair_accuracy(natural_probs, sample_probs):
 
 
 def freeze_trunk(model, unfreeze_layers):
-    """requires_grad=False everywhere but the head (and the last unfreeze_layers blocks + ln_f)."""
+    """requires_grad=False everywhere but the head (and the last unfreeze_layers blocks + ln_f); unfreeze_layers=-1:
+    the whole network trains, embeddings included (a judge that learns its own features)."""
     for p in model.parameters():
-        p.requires_grad = False
+        p.requires_grad = unfreeze_layers < 0
     trainable = [model.reward_head]
     if unfreeze_layers > 0:
         trainable += list(model.transformer.h[-unfreeze_layers:]) + [model.transformer.ln_f]
@@ -94,6 +95,15 @@ def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
     mae = float(np.mean(np.abs(p - t)))
     return dict(mse=mse, baseline_mse=baseline, r2=1.0 - mse / baseline if baseline > 0 else 0.0, mae=mae,
                 boundary_error=block_size * mae)
+
+
+def sight_auc(natural_scores, sample_scores):
+    """A judge's sight: the AUC at telling natural text from the generator's samples, the probability that a natural
+    window scores above a sample (ties count half; Mann-Whitney). 0.5: blind; 1: every natural window above every
+    sample. Scores are the judge's P(natural) or any monotone function of it."""
+    natural = np.asarray(natural_scores, dtype=np.float64).reshape(-1, 1)
+    samples = np.asarray(sample_scores, dtype=np.float64).reshape(1, -1)
+    return float(((natural > samples).sum() + 0.5 * (natural == samples).sum()) / (natural.size * samples.size))
 
 
 def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt):

@@ -626,21 +626,23 @@ def write_report(out, C, current):
              f"from the natural reference windows. ↑/↓: which way is closer to natural text. How to read it: "
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
     lines += [point_row(f"v{e['version']}", e) for e in versions]
-    lines += ['', '| cycle | judge test R² | judge boundary err | GRPO reward first 10 → last 10 steps | judge boundary '
-              "err on each step's unseen rollouts, first 10 → last 10 | raw group std of rewards | saved policy KL | "
-              'stopped by |', '|---|---|---|---|---|---|---|---|']
+    lines += ['', '| cycle | judge test R² | judge boundary err | judge sight on the new base (AUC, two-sample windows) | '
+              "GRPO reward first 10 → last 10 steps | judge boundary err on each step's unseen rollouts, first 10 → "
+              "last 10 | judge sight on each step's unseen rollouts (AUC), first 10 → last 10 | raw group std of "
+              "rewards | saved policy KL | stopped by |", '|---|---|---|---|---|---|---|---|---|---|']
     for c in cycles:
         rm, g = c.get('rm', {}), c.get('trained')
         h = g['history'] if g else []
         if g and C.trainer == 'spin':  # no separate judge; the model's own margin on held-out prompts
-            lines.append(f"| {c['cycle']} (SPIN) | – | – | held-out margin (log π − log π_ref)(real − generated): "
-                         f"{fmt(g['start']['heldout_margin'])} → {fmt(h[-1]['heldout_margin'])} | – | – | – | "
+            lines.append(f"| {c['cycle']} (SPIN) | – | – | – | held-out margin (log π − log π_ref)(real − generated): "
+                         f"{fmt(g['start']['heldout_margin'])} → {fmt(h[-1]['heldout_margin'])} | – | – | – | – | "
                          f"{g['stop_reason']} |")
             continue
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
-                     + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | "
+                     f"{fmt(c['arm'].get('judge_sight_auc'))} | "
+                     + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | {first_last(h, 'judge_sight')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
-                        f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – | – |'))
+                        f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – | – | – |'))
     for c in cycles:
         n = c['cycle']
         lines += ['', f"## Cycle {n}: base v{n + 1} against its controls", ''] + POINT_HEADER

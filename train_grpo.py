@@ -11,9 +11,10 @@ reference; num_iterations optimizer passes over each batch of rollouts.
 
 A rollout is a crossover sample with K = P (natural prompt, generated tail), labelled P/N as prepare_reward_data
 labels it, so every step also measures the judge on samples it has never seen (judge_r2, judge_boundary_error in
-the log). With judge_update_interval=k the judge keeps up (GAD, TextGAIL): every k steps its head takes judge_steps
-optimizer steps on the latest rollouts and a replay of earlier steps' (its trunk stays frozen, so the features the
-scoring pass computed are all it needs); the final judge is saved beside the policy as *_judge.pt. A pairwise judge
+the log), and its sight: the AUC at ranking each prompt's natural continuation above the rollouts (judge_sight, an
+instrument: its extra scoring pass is not counted in the run's FLOPs). With judge_update_interval=k the judge keeps
+up (GAD, TextGAIL): every k steps its head takes judge_steps optimizer steps on the latest rollouts and a replay of
+earlier steps' (its trunk stays frozen, so the features the scoring pass computed are all it needs); the final judge is saved beside the policy as *_judge.pt. A pairwise judge
 (train_reward_model.py --loss=pairwise) is also scored against each prompt's natural window: how often it ranks
 that window above the rollout is logged (judge_pair_accuracy), and online it learns from those pairs.
 
@@ -41,7 +42,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from judge import judge_update, pair_accuracy, reward_metrics
+from judge import judge_update, pair_accuracy, reward_metrics, sight_auc
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
 from policy import completion_mask, generated_positions, prompts_and_splits, sample_prompts, token_logprobs, warmup_lr
 from runtime import (all_reduce_mean, broadcast_stop, global_std, global_sum, load_resume_state, resume_file,
@@ -214,6 +215,8 @@ def plot_history(history, path):
     smooth = np.convolve(r2, np.ones(min(10, len(r2))) / min(10, len(r2)), mode='valid')
     axes[2].plot(steps, r2, alpha=0.3, label="judge R² on each step's rollouts")
     axes[2].plot(steps[len(steps) - len(smooth):], smooth, label='moving average (10 steps)')
+    if 'judge_sight' in history[0]:
+        axes[2].plot(steps, [h['judge_sight'] for h in history], label='judge sight (AUC, natural vs rollouts)')
     axes[2].set(xlabel='step', title='the judge on samples it has not seen')
     for ax in axes:
         ax.legend()
@@ -394,10 +397,32 @@ def score(run, batch):
             s.real_feats = run.reward_model.reward_features(batch.real).float().repeat_interleave(
                 C.num_generations, 0)
         s.pair_acc = pair_accuracy(run.reward_model.reward_head(s.real_feats), probs)
+    s.sight = judge_sight(run, batch, s, probs[..., 0])
     if run.reference is not None:
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
     return s
+
+
+@torch.no_grad()
+def judge_sight(run, batch, s, judged):
+    """The judge's sight on this step's rollouts, which it has not learnt from: the AUC at ranking each prompt's
+    natural continuation above the rollouts, both scored as the reward scores a rollout (a token judge: the mean
+    P(natural) over the completion's positions). The judge's raw scores, also under judge_off."""
+    C, rt = run.C, run.rt
+    if s.real_feats is not None:
+        real_probs = run.reward_model.reward_head(s.real_feats[::C.num_generations]).float()
+    else:
+        with rt.ctx:
+            real_probs = run.reward_model.reward_head(run.reward_model.reward_features(batch.real)).float()
+    real_judged = real_probs[..., 0]
+    if real_judged.dim() == 2:  # per position: the completion's own positions, as for the rollouts' rewards
+        positions = batch.generated[::C.num_generations]
+        natural = (real_judged * positions).sum(1) / positions.sum(1)
+        sampled = (judged * batch.generated).sum(1) / batch.generated.sum(1)
+    else:
+        natural, sampled = sequence_probs(real_probs)[:, 0], judged
+    return sight_auc(natural.cpu().numpy(), sampled.cpu().numpy())
 
 
 def advantages_of(C, rt, rewards, judged, generated):
@@ -472,7 +497,8 @@ def log_row(run, step, lr, batch, s, u, times):
                time_scoring=times[2] - times[1], time_update=times[3] - times[2],
                judge_r2=mean(s.fresh['r2']), judge_boundary_error=mean(s.fresh['boundary_error']),
                judge_loss=u.judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
-               judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None)
+               judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None,
+               judge_sight=mean(s.sight))
     run.history.append(row)
     run.reward_ma.append(row['reward'])
     if rt.master:
@@ -510,7 +536,7 @@ def report(run, step, row, batch, stop):
     row['val_ppl'] = val_ppl(run)
     run.tracker.log({'val_ppl': row['val_ppl']}, step)
     tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
-               f"judge on fresh rollouts R2 {row['judge_r2']:.3f}, "
+               f"judge on fresh rollouts R2 {row['judge_r2']:.3f} sight {row['judge_sight']:.3f}, "
                f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
                f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}; time gen/score/update "
                f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")

@@ -11,7 +11,8 @@ corpus' own continuation), the Bradley-Terry loss -log sigma(D(natural) - D(samp
 
 With the trunk frozen, a sample's pooled features never change: they are computed once (batched, inference mode)
 and the head trains on the cached features. unfreeze_layers=k trains the last k blocks and the final LayerNorm too,
-through the full forward. The val split is cut in two by block: one half selects (early stopping, the checkpoint
+through the full forward; unfreeze_layers=-1 the whole network, embeddings included, and init_from='random' starts
+it from random weights of the base's shape: a judge that learns its own features. The val split is cut in two by block: one half selects (early stopping, the checkpoint
 kept), the other half gives the reported figures (`metrics` in the checkpoint; `selection_metrics` beside them).
 """
 
@@ -35,10 +36,11 @@ from tracking import TRACKING_DEFAULTS, Tracker
 model_path = ''  # the base (generator) checkpoint whose trunk the reward model uses
 data_dir = 'data/reward_dataset'  # written by prepare_reward_data.py
 out_path = 'out-reward/reward_model.pt'
-init_from = 'base'  # 'base' (fresh head on model_path's trunk) or 'resume' (continue from out_path, the saved best)
+init_from = 'base'  # 'base' (fresh head on model_path's trunk), 'random' (model_path's shape and tokenization,
+# random weights) or 'resume' (continue from out_path, the saved best)
 reward_head_hidden_dim = 256
 reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design), 'mean' over positions, 'token'
-unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f
+unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f; -1: everything
 loss = 'mse'  # 'mse', 'ce' (cross-entropy against the soft label) or 'pairwise' (Bradley-Terry, natural vs sample)
 batch_size = 64
 learning_rate = 1e-3
@@ -64,9 +66,9 @@ DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, t
 def check_config(C):
     if C.loss not in ('mse', 'ce', 'pairwise'):
         raise UserError(f"loss must be 'mse', 'ce' or 'pairwise', got {C.loss!r}")
-    if C.init_from not in ('base', 'resume'):
-        raise UserError(f"init_from must be 'base' or 'resume', got {C.init_from!r}")
-    if C.init_from == 'base' and not C.model_path:
+    if C.init_from not in ('base', 'random', 'resume'):
+        raise UserError(f"init_from must be 'base', 'random' or 'resume', got {C.init_from!r}")
+    if C.init_from != 'resume' and not C.model_path:
         raise UserError("pass --model_path=BASE.pt (the generator checkpoint whose trunk the reward model uses)")
     if C.reward_pooling not in POOLINGS:
         raise UserError(f"reward_pooling must be one of {POOLINGS}, got {C.reward_pooling!r}")
@@ -75,9 +77,9 @@ def check_config(C):
 def load_judge(C, rt):
     """The source checkpoint (the base, or the saved best when resuming) checked against the reward data; returns
     (the source, its tokenization, the train and val datasets, the reward model with its trunk frozen as asked)."""
-    src_path = C.model_path if C.init_from == 'base' else C.out_path
+    src_path = C.out_path if C.init_from == 'resume' else C.model_path
     src = load_checkpoint(src_path)
-    if C.init_from == 'base' and src['model_args'].get('mode', 'generator') != 'generator':
+    if C.init_from != 'resume' and src['model_args'].get('mode', 'generator') != 'generator':
         raise UserError(f"{C.model_path} is a {src['model_args']['mode']} checkpoint; pass the base generator")
     tokenization = src.get('tokenization') or {}
     train_ds = RewardDataset(C.data_dir, 'train', tokenization or None)
@@ -90,12 +92,15 @@ def load_judge(C, rt):
                         f"prepare_reward_data.py")
     if N > src['model_args']['block_size']:
         raise UserError(f"reward data block size {N} exceeds the model's {src['model_args']['block_size']}")
-    if not 0 <= C.unfreeze_layers <= src['model_args']['n_layer']:
-        raise UserError(f"unfreeze_layers must be in [0, {src['model_args']['n_layer']}], got {C.unfreeze_layers}")
+    if not -1 <= C.unfreeze_layers <= src['model_args']['n_layer']:
+        raise UserError(f"unfreeze_layers must be in [-1, {src['model_args']['n_layer']}] (-1: the whole network), "
+                        f"got {C.unfreeze_layers}")
     head = src['model_args'] if C.init_from == 'resume' else vars(C)  # a resumed head keeps its own shape
     model = GPT.from_checkpoint(src, mode='reward', device=rt.device,
                                 reward_head_hidden_dim=head['reward_head_hidden_dim'],
                                 reward_pooling=head.get('reward_pooling', 'last'))
+    if C.init_from == 'random':  # the same shape, none of the base's weights (seeded by setup_runtime)
+        model = GPT(model.config).to(rt.device)
     freeze_trunk(model, C.unfreeze_layers)
     return src, tokenization, train_ds, val_ds, model
 
@@ -233,7 +238,7 @@ def main(argv):
     steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
     bar = tqdm(total=C.max_iters, initial=iter_num, desc='reward head', disable=not rt.master, dynamic_ncols=True,
                mininterval=2.0)
-    train_mode = C.unfreeze_layers > 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
+    train_mode = C.unfreeze_layers != 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
     model.train(train_mode)
     epoch, step, last_loss = -1, steps_per_epoch, None
     while True:

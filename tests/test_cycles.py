@@ -125,6 +125,7 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
             'unknown_word_rate', 'natural_unknown_word_rate', 'c2st_auc', 'c2st_auc_sd', 'c2st_accuracy',
             'fresh_judge_blind', 'fresh_judge_blind_count'} <= set(e)
     assert e['c2st_n'] == 5 and 0 <= e['c2st_auc'] <= 1 and all('blind' in r for r in e['fresh_judge_runs'])
+    assert 0 <= e['judge_sight_auc'] <= 1 and 'judge sight' in report  # the cycle's judge, on the c2st windows
     assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
     sweep = json.loads((out / 'sweep_v1.json').read_text())
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]

@@ -267,9 +267,13 @@ def test_online_judge_learns_to_see_the_policy(judge_case):
     frozen = grpo_judge_run(d, 'frozen.pt')
     online = grpo_judge_run(d, 'online.pt', '--judge_update_interval=1', '--judge_steps=16',
                             '--judge_learning_rate=1e-2', '--judge_batch_size=32')
-    logged = lambda h, a, b: np.mean([x['judge_r2'] for x in h[a:b]])
+    logged = lambda h, a, b, key='judge_r2': np.mean([x[key] for x in h[a:b]])  # noqa: E731
     assert logged(online, -10, None) > logged(online, 0, 5) + 0.3
     assert max(x['judge_r2'] for x in frozen) < 0  # the blind judge stays blind: worse than each batch's mean
+    # its sight, on each step's unseen rollouts against their prompts' natural continuations: exactly 0.5 when
+    # blind (every score ties), and the online judge comes to rank natural text first
+    assert all(x['judge_sight'] == 0.5 for x in frozen) and online[0]['judge_sight'] == 0.5
+    assert logged(online, -10, None, 'judge_sight') > 0.8, [x['judge_sight'] for x in online]
     assert all(h['judge_loss'] is None for h in frozen) and all(h['judge_loss'] > 0 for h in online)
     assert not (d / 'frozen_judge.pt').exists()
     blind_r2, online_r2 = heldout_r2(str(d / 'blind.pt'), d / 'heldout'), heldout_r2(str(d / 'online_judge.pt'), d / 'heldout')

@@ -87,6 +87,30 @@ def test_unfreeze_layers_trains_only_the_last_blocks(tmp_path, char_ckpt, char_r
     assert torch.equal(base['transformer.wte.weight'], rm['transformer.wte.weight'])
 
 
+def test_sight_auc_known_answers():
+    from judge import sight_auc
+    assert sight_auc([0.9, 0.8], [0.1, 0.2, 0.3]) == 1.0  # every natural window above every sample
+    assert sight_auc([0.1, 0.2], [0.8, 0.9]) == 0.0
+    assert sight_auc([0.5] * 3, [0.5] * 4) == 0.5  # a blind judge: all ties
+    assert sight_auc([0.3, 0.7], [0.5]) == 0.5 and sight_auc([0.6], [0.5, 0.6, 0.7]) == pytest.approx(0.5)
+
+
+def test_a_judge_trains_its_whole_network_or_starts_from_random_weights(tmp_path, char_ckpt, char_reward):
+    """unfreeze_layers=-1 trains every tensor of the trunk, embeddings included; init_from='random' keeps the
+    base's shape and tokenization and none of its weights."""
+    r = train_rm(char_ckpt, char_reward, tmp_path / 'w.pt', '--max_iters=5', '--eval_interval=5',
+                 '--unfreeze_layers=-1')
+    assert 'trunk tensors changed: 28 ' in r.stdout  # wte, wpe, both blocks' 24 and ln_f's 2
+    train_rm(char_ckpt, char_reward, tmp_path / 'rand.pt', '--max_iters=0', '--init_from=random')
+    base, rand = load_checkpoint(char_ckpt), load_checkpoint(str(tmp_path / 'rand.pt'))
+    assert rand['tokenization'] == base['tokenization'] and rand['config']['init_from'] == 'random'
+    for k in ('transformer.wte.weight', 'transformer.h.0.mlp.c_fc.weight'):
+        assert base['model'][k].shape == rand['model'][k].shape and not torch.equal(base['model'][k], rand['model'][k])
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
+                   f'--out_path={tmp_path / "x.pt"}', '--device=cpu', '--unfreeze_layers=-2')
+    assert r.returncode == 2 and 'unfreeze_layers must be in [-1, 2]' in r.stderr and 'Traceback' not in r.stderr
+
+
 def test_resume_continues_from_the_saved_best(tmp_path, char_ckpt, learnable_reward):
     out = tmp_path / 'r.pt'
     train_rm(char_ckpt, learnable_reward, out, '--max_iters=10', '--eval_interval=5', '--reward_head_hidden_dim=16',
