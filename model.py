@@ -303,7 +303,7 @@ class GPT(nn.Module):
             try:
                 with torch.cuda.device(idx.device) if idx.device.type == 'cuda' else nullcontext():
                     decoder = static_decoder(self, B, total, temperature, top_k, entropy, sampler)
-                    result = decoder.run(*args)
+                    result = decoder.run(idx, start, prompt_lengths, generator)
             except RecordingFailed as e:
                 if decoder is not None:
                     decoder.evict()
@@ -529,11 +529,13 @@ class StaticDecoder:
         self.checked = sampler != 'compile'  # a compiled step proves itself on its first call
         self.graph, self.warm_steps = None, 0
 
-    def run(self, idx, total, start, prompt_lengths, temperature, top_k, generator, entropy):
-        """Fill out[:, start:] (see GPT.generate): the prefill and the first token eagerly, every later token by the
-        fixed step. The uniforms are drawn outside the step, one (B, 1) draw per token as the eager loop draws them.
-        Returns fresh tensors (out, entropies or None, finite), the buffers staying with the decoder."""
-        model, T = self.model(), idx.size(1)
+    def run(self, idx, start, prompt_lengths, generator):
+        """Fill out[:, start:] (see GPT.generate) with the length, temperature, top-k and entropy this decoder was
+        made for: the prefill and the first token eagerly, every later token by the fixed step. The uniforms are drawn
+        outside the step, one (B, 1) draw per token as the eager loop draws them. Returns fresh tensors (out,
+        entropies or None, finite), the buffers staying with the decoder."""
+        model, T, total = self.model(), idx.size(1), self.out.size(1)
+        temperature, top_k, entropy = self.temperature, self.top_k, self.ent is not None
         self.out[:, :T] = idx
         self.out[:, T:] = -1  # a position no step wrote stays out of the vocabulary: check_sampled catches it
         self.plen.copy_(prompt_lengths if prompt_lengths is not None else torch.zeros_like(self.plen))

@@ -9,6 +9,8 @@ import math
 import numbers
 import os
 
+from configurator import config_defaults
+
 # the settings every trainer takes (plain config globals, overridable with --key=value)
 TRACKING_DEFAULTS = dict(
     wandb_log=False,  # log to Weights & Biases (offline without a network: WANDB_MODE=offline)
@@ -35,7 +37,7 @@ class Tracker:
             except ImportError:
                 raise ImportError("wandb_log=True needs the wandb package: pip install wandb") from None
             self.wandb_run = wandb.init(project=C.wandb_project, name=name, group=C.wandb_group or None,
-                                        dir=os.path.abspath(default_dir), config=config_of(C))
+                                        dir=os.path.abspath(default_dir), config=config_defaults(vars(C)))
         if C.tensorboard_log:
             from torch.utils.tensorboard import SummaryWriter
             logdir = C.tensorboard_dir or os.path.join(default_dir, 'tensorboard', name.replace('/', '_'))
@@ -56,11 +58,6 @@ class Tracker:
             self.wandb_run.finish()
         if self.writer is not None:
             self.writer.close()
-
-
-def config_of(C):
-    """The run's settings as a plain dict for the tracker's record."""
-    return {k: v for k, v in vars(C).items() if v is None or isinstance(v, (int, float, bool, str))}
 
 
 def tracking_args(C, stage):

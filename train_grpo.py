@@ -14,9 +14,10 @@ labels it, so every step also measures the judge on samples it has never seen (j
 the log), and its sight: the AUC at ranking each prompt's natural continuation above the rollouts (judge_sight, an
 instrument: its extra scoring pass is not counted in the run's FLOPs). With judge_update_interval=k the judge keeps
 up (GAD, TextGAIL): every k steps its head takes judge_steps optimizer steps on the latest rollouts and a replay of
-earlier steps' (its trunk stays frozen, so the features the scoring pass computed are all it needs); the final judge is saved beside the policy as *_judge.pt. A pairwise judge
-(train_reward_model.py --loss=pairwise) is also scored against each prompt's natural window: how often it ranks
-that window above the rollout is logged (judge_pair_accuracy), and online it learns from those pairs.
+earlier steps' (its trunk stays frozen, so the features the scoring pass computed are all it needs); the final
+judge is saved beside the policy as *_judge.pt. A pairwise judge (train_reward_model.py --loss=pairwise) is also
+scored against each prompt's natural window: how often it ranks that window above the rollout is logged
+(judge_pair_accuracy), and online it learns from those pairs.
 
 A token judge (reward_pooling='token') scores each completion by its mean P(natural) over the completion's
 positions; with token_advantages=True each completion token gets its own advantage instead: the discounted sum of
@@ -392,32 +393,28 @@ def score(run, batch):
                         fresh=reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), run.N,
                                              float(natural_share.mean())),
                         real_feats=None, pair_acc=None, ref_logps=None)
-    if run.judge_loss_kind == 'pairwise':  # each rollout's natural window, its pair's other half
-        with torch.no_grad(), rt.ctx:
-            s.real_feats = run.reward_model.reward_features(batch.real).float().repeat_interleave(
-                C.num_generations, 0)
-        s.pair_acc = pair_accuracy(run.reward_model.reward_head(s.real_feats), probs)
-    s.sight = judge_sight(run, batch, s, probs[..., 0])
+    with torch.no_grad():  # each prompt's natural window: a pairwise judge's other half, and sight's
+        with rt.ctx:
+            real_feats = run.reward_model.reward_features(batch.real).float()
+        real_probs = run.reward_model.reward_head(real_feats)
+    if run.judge_loss_kind == 'pairwise':
+        s.real_feats = real_feats.repeat_interleave(C.num_generations, 0)
+        s.pair_acc = pair_accuracy(real_probs.repeat_interleave(C.num_generations, 0), probs)
+    s.sight = judge_sight(run, batch, real_probs, probs[..., 0])
     if run.reference is not None:
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
     return s
 
 
-@torch.no_grad()
-def judge_sight(run, batch, s, judged):
+def judge_sight(run, batch, real_probs, judged):
     """The judge's sight on this step's rollouts, which it has not learnt from: the AUC at ranking each prompt's
-    natural continuation above the rollouts, both scored as the reward scores a rollout (a token judge: the mean
-    P(natural) over the completion's positions). The judge's raw scores, also under judge_off."""
-    C, rt = run.C, run.rt
-    if s.real_feats is not None:
-        real_probs = run.reward_model.reward_head(s.real_feats[::C.num_generations]).float()
-    else:
-        with rt.ctx:
-            real_probs = run.reward_model.reward_head(run.reward_model.reward_features(batch.real)).float()
+    natural continuation (real_probs: the judge's output on the natural windows) above the rollouts (judged: its raw
+    P(natural), also under judge_off), both scored as the reward scores a rollout (a token judge: the mean P(natural)
+    over the completion's positions)."""
     real_judged = real_probs[..., 0]
     if real_judged.dim() == 2:  # per position: the completion's own positions, as for the rollouts' rewards
-        positions = batch.generated[::C.num_generations]
+        positions = batch.generated[::run.C.num_generations]
         natural = (real_judged * positions).sum(1) / positions.sum(1)
         sampled = (judged * batch.generated).sum(1) / batch.generated.sum(1)
     else:

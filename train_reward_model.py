@@ -12,8 +12,9 @@ corpus' own continuation), the Bradley-Terry loss -log sigma(D(natural) - D(samp
 With the trunk frozen, a sample's pooled features never change: they are computed once (batched, inference mode)
 and the head trains on the cached features. unfreeze_layers=k trains the last k blocks and the final LayerNorm too,
 through the full forward; unfreeze_layers=-1 the whole network, embeddings included, and init_from='random' starts
-it from random weights of the base's shape: a judge that learns its own features. The val split is cut in two by block: one half selects (early stopping, the checkpoint
-kept), the other half gives the reported figures (`metrics` in the checkpoint; `selection_metrics` beside them).
+it from random weights of the base's shape: a judge that learns its own features. The val split is cut in two by
+block: one half selects (early stopping, the checkpoint kept), the other half gives the reported figures (`metrics`
+in the checkpoint; `selection_metrics` beside them).
 """
 
 import os

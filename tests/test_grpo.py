@@ -451,7 +451,6 @@ def _ddp_advantages_and_dapo(rank, world, port, case, out):
     from contextlib import nullcontext
     import torch.distributed as dist
     from runtime import Runtime, all_reduce_mean, global_sum
-    from train_grpo import advantages_of
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     dist.init_process_group('gloo', rank=rank, world_size=world)
     rt = Runtime('cpu', 'cpu', nullcontext(), torch.float32, ddp=True, rank=rank, world_size=world)
