@@ -20,8 +20,11 @@ evaluated ones. For each checkpoint and sampling temperature (a "point"):
   whose judges are all blind is flagged (fresh_judge_blind), and a verdict read from it says 'blind';
 - the classifier two-sample test (C2ST; Lopez-Paz & Oquab 2017), a referee that reads no model: a logistic
   regression on TF-IDF char n-grams and word unigrams tells the natural reference windows from the samples, the
-  shared prompt length cut from both, over stratified folds; held-out accuracy and AUC as mean ± sd over folds.
-  Lower AUC means closer to natural text (0.5: indistinguishable to it).
+  shared prompt length cut from both, over stratified folds; the AUC of the pooled out-of-fold scores, with its
+  bootstrap spread over the texts. Lower AUC means closer to natural text (0.5: indistinguishable to it). Every
+  point of a run (and of any run with the same dataset, referee block size, num_samples and seed) is measured on
+  the same natural windows and prompts; both texts are kept (c2st_*_texts), so verdict.py reads two points with
+  one classifier trained on both.
 """
 
 import argparse
@@ -41,6 +44,7 @@ from judge import reward_data_cmd, reward_model_cmd, sight_auc
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
+from two_sample import C2ST_FOLDS, two_sample_test
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
@@ -113,37 +117,6 @@ def mauve_with_spread(p_features, q_features, seed, n_boot=10):
     boots = [score(p_features[rng.integers(0, len(p_features), len(p_features))],
                    q_features[rng.integers(0, len(q_features), len(q_features))], seed + b + 1) for b in range(n_boot)]
     return score(p_features, q_features, seed), float(np.std(boots, ddof=1)) if n_boot > 1 else 0.0
-
-
-C2ST_FOLDS = 5
-
-
-def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
-    """
-    Classifier two-sample test: how well a fixed, model-free classifier tells sample_texts from natural_texts.
-    Features: TF-IDF of char 1-4-grams and of lower-cased word unigrams (invented words, misspellings, rhythm),
-    fitted inside each training fold; classifier: L2 logistic regression. Returns held-out accuracy and ROC AUC as
-    mean and sd over the stratified folds (fixed by seed), with the fold count.
-    """
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import StratifiedKFold
-    from sklearn.pipeline import make_pipeline, make_union
-    texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
-    y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
-    accuracy, auc = [], []
-    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(texts, y):
-        classifier = make_pipeline(
-            make_union(TfidfVectorizer(analyzer='char', ngram_range=(1, 4), sublinear_tf=True, min_df=2),
-                       TfidfVectorizer(analyzer='word', token_pattern=r"[A-Za-z']+", sublinear_tf=True)),
-            LogisticRegression(C=1.0, max_iter=2000))
-        classifier.fit(texts[train], y[train])
-        p = classifier.predict_proba(texts[test])[:, 1]
-        accuracy.append(float(np.mean((p > 0.5) == y[test])))
-        auc.append(float(roc_auc_score(y[test], p)))
-    return dict(c2st_accuracy=float(np.mean(accuracy)), c2st_accuracy_sd=float(np.std(accuracy, ddof=1)),
-                c2st_auc=float(np.mean(auc)), c2st_auc_sd=float(np.std(auc, ddof=1)), c2st_n=folds)
 
 
 def eval_windows(val, n, length, seed):
@@ -221,8 +194,10 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     figures.update(text_statistics(samples.tolist(), texts, known_words))
     natural = text_statistics(reference.tolist(), [tok.decode(s) for s in reference.tolist()], known_words)
     if A.c2st_folds:  # both without the prompt's length: the samples' prompts are natural text
-        figures.update(two_sample_test([tok.decode(s) for s in reference[:, PROMPT_LEN:].tolist()],
-                                       [tok.decode(s) for s in samples[:, PROMPT_LEN:].tolist()], A.seed, A.c2st_folds))
+        natural_texts = [tok.decode(s) for s in reference[:, PROMPT_LEN:].tolist()]
+        sample_texts = [tok.decode(s) for s in samples[:, PROMPT_LEN:].tolist()]
+        figures.update(two_sample_test(natural_texts, sample_texts, A.seed, A.c2st_folds),
+                       c2st_natural_texts=natural_texts, c2st_sample_texts=sample_texts)  # for the verdict's test
     figures.update({f'natural_{k}': v for k, v in natural.items()})
     figures['sample_entropy'] = float(entropy.double().mean())
     if not A.no_mauve:

@@ -97,33 +97,42 @@ def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
                 boundary_error=block_size * mae)
 
 
+def auc(higher, lower):
+    """The probability that a score of `higher` exceeds one of `lower`, ties counting half (Mann-Whitney U over the
+    product of the sizes), from the ranks of the pooled scores: O(n log n)."""
+    from scipy.stats import rankdata
+    a, b = np.asarray(higher, dtype=np.float64).ravel(), np.asarray(lower, dtype=np.float64).ravel()
+    ranks = rankdata(np.concatenate([a, b]))[:a.size]  # ties get their average rank
+    return float((ranks.sum() - a.size * (a.size + 1) / 2) / (a.size * b.size))
+
+
 def sight_auc(natural_scores, sample_scores):
     """A judge's sight: the AUC at telling natural text from the generator's samples, the probability that a natural
-    window scores above a sample (ties count half; Mann-Whitney). 0.5: blind; 1: every natural window above every
-    sample. Scores are the judge's P(natural) or any monotone function of it."""
-    natural = np.asarray(natural_scores, dtype=np.float64).reshape(-1, 1)
-    samples = np.asarray(sample_scores, dtype=np.float64).reshape(1, -1)
-    return float(((natural > samples).sum() + 0.5 * (natural == samples).sum()) / (natural.size * samples.size))
+    window scores above a sample (ties count half). 0.5: blind; 1: every natural window above every sample. Scores
+    are the judge's P(natural) or any monotone function of it."""
+    return auc(natural_scores, sample_scores)
 
 
-def judge_update(head, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
-    """steps optimizer steps of the judge's head on minibatches of the replay buffer ((features, labels, and for a
-    pairwise judge the features of each rollout's natural window) of the latest and earlier rollouts); gradients
-    averaged over ranks. Returns the mean loss."""
-    feats, labels = torch.cat([r[0] for r in replay]), torch.cat([r[1] for r in replay])
+def judge_update(judge_fn, params, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
+    """steps optimizer steps of the online judge on minibatches of the replay buffer (inputs, labels, and for a
+    pairwise judge the inputs of each rollout's natural window) of the latest and earlier rollouts. judge_fn maps
+    inputs to the judge's probs: its head on cached features when only the head trains, the whole judge on token
+    ids when its trunk trains too. Gradients of params averaged over ranks. Returns the mean loss."""
+    inputs, labels = torch.cat([r[0] for r in replay]), torch.cat([r[1] for r in replay])
     natural = torch.cat([r[2] for r in replay]) if loss_kind == 'pairwise' else None
     losses = []
     for _ in range(steps):
-        rows = torch.randint(len(feats), (batch_size,), generator=gen).to(feats.device)
-        if natural is not None:  # each rollout against its prompt's natural window, through one forward
-            out = head(torch.cat([feats[rows], natural[rows]]))
-            loss = pairwise_loss(out[batch_size:], out[:batch_size])
-        else:
-            loss = judge_loss(head(feats[rows]), labels[rows], loss_kind)
+        rows = torch.randint(len(inputs), (batch_size,), generator=gen).to(inputs.device)
+        with rt.ctx:
+            if natural is not None:  # each rollout against its prompt's natural window, through one forward
+                out = judge_fn(torch.cat([inputs[rows], natural[rows]])).float()
+                loss = pairwise_loss(out[batch_size:], out[:batch_size])
+            else:
+                loss = judge_loss(judge_fn(inputs[rows]).float(), labels[rows], loss_kind)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if rt.ddp:
-            for p in head.parameters():
+            for p in params:
                 torch.distributed.all_reduce(p.grad)
                 p.grad.div_(rt.world_size)
         optimizer.step()

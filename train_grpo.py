@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from judge import judge_update, pair_accuracy, reward_metrics, sight_auc
+from judge import freeze_trunk, judge_update, pair_accuracy, reward_metrics, sight_auc
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
 from policy import completion_mask, generated_positions, prompts_and_splits, sample_prompts, token_logprobs, warmup_lr
 from runtime import (all_reduce_mean, broadcast_stop, global_std, global_sum, load_resume_state, resume_file,
@@ -93,6 +93,11 @@ judge_steps = 4  # judge optimizer steps per update
 judge_learning_rate = 1e-3
 judge_batch_size = 64
 judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the judge keeps what it caught before
+# what the online judge trains (train_reward_model.py's unfreeze_layers): 0 its head on the frozen trunk's features;
+# k its last k blocks too; -1 the whole network, its own features (GAD). Always the judge's own copy, never the policy
+judge_unfreeze_layers = 0
+judge_loss = ''  # '' keeps the loss the judge was trained with; or 'mse', 'ce', 'pairwise' (Bradley-Terry)
+judge_warmup_steps = 0  # rollout batches the online judge learns from before the policy's first step
 # the judge-off ablation: every reward is the constant 0.5, so every advantage is 0 and only the KL anchor and the
 # NLL term move the policy (the same trainer, settings and compute with the judge's signal removed)
 judge_off = False
@@ -126,6 +131,15 @@ def group_advantages(rewards, group_size, scale='group', batch_std_of=torch.std)
     zero_std = int((groups.std(dim=1) == 0).sum()) if group_size > 1 else groups.size(0)
     group_std = float(groups.std(dim=1).nan_to_num(0.0).mean()) if group_size > 1 else 0.0
     return centered.reshape(-1), zero_std, group_std
+
+
+def within_group_share(rewards, group_size):
+    """The share of the rewards' variance that lies within groups: the part that ranks a prompt's completions
+    against each other, all that group-centred advantages can use (the rest tells prompts apart). 0 when every
+    reward is equal."""
+    total = float(((rewards - rewards.mean()) ** 2).sum())
+    groups = rewards.view(-1, group_size)
+    return float(((groups - groups.mean(dim=1, keepdim=True)) ** 2).sum()) / total if total > 0 else 0.0
 
 
 def center_and_scale(groups, scale, batch_std):
@@ -264,6 +278,12 @@ def check_config(C):
         raise UserError("judge_update_interval and judge_replay must be >= 0, judge_steps and judge_batch_size >= 1")
     if C.arm_log and not C.judge_off:
         raise UserError("arm_log sets the judge-off control's steps: pass it with --judge_off=True")
+    if (C.judge_unfreeze_layers or C.judge_warmup_steps or C.judge_loss) and not C.judge_update_interval:
+        raise UserError("judge_unfreeze_layers, judge_loss and judge_warmup_steps shape the online judge: pass "
+                        "--judge_update_interval=1 (or k) with them")
+    if C.judge_loss not in ('', 'mse', 'ce', 'pairwise') or C.judge_warmup_steps < 0 or C.judge_unfreeze_layers < -1:
+        raise UserError("judge_loss must be '', mse, ce or pairwise, judge_warmup_steps >= 0 and "
+                        "judge_unfreeze_layers >= -1")
 
 
 def arm_steps(path):
@@ -288,13 +308,18 @@ def setup(C, rt):
     run = SimpleNamespace(C=C, rt=rt, policy=policy, reward_model=reward_model, reference=reference,
                           policy_ckpt=policy_ckpt, rm_ckpt=rm_ckpt, N=policy.config.block_size)
     run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
-    run.judge_loss_kind = rm_ckpt.get('config', {}).get('loss', 'mse')  # the judge keeps the loss it was trained with
+    # the judge keeps the loss it was trained with, unless judge_loss names another
+    run.judge_loss_kind = C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
     run.judge_opt, run.judge_gen, run.replay = None, None, deque(maxlen=C.judge_replay + 1)
+    run.judge_trunk = C.judge_unfreeze_layers != 0  # it learns from token ids, not from cached features
     if C.judge_update_interval:
-        reward_model.reward_head.requires_grad_(True)
-        run.judge_opt = torch.optim.AdamW(reward_model.reward_head.parameters(), lr=C.judge_learning_rate,
-                                          betas=(0.9, 0.99), weight_decay=0.0)
+        freeze_trunk(reward_model, C.judge_unfreeze_layers)
+        run.judge_params = [p for p in reward_model.parameters() if p.requires_grad]
+        run.judge_opt = torch.optim.AdamW(run.judge_params, lr=C.judge_learning_rate, betas=(0.9, 0.99),
+                                          weight_decay=0.0)
         run.judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
+    run.judge_fn = ((lambda x: reward_model.reward_head(reward_model.reward_features(x))) if run.judge_trunk
+                    else reward_model.reward_head)
     run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
@@ -314,6 +339,7 @@ def setup(C, rt):
     run.history, run.reward_ma = [], deque(maxlen=C.reward_window)
     run.stopper = EarlyStopping(C.patience, C.min_delta, 'max')
     run.last_ok_state, run.last_ok_step, run.stop_reason, run.judge_flops = None, 0, 'max_steps', 0
+    run.warmup = []  # the judge's warm-up batches (judge_warmup)
     run.tracker = Tracker(C, f"grpo/{os.path.basename(stem)}", os.path.dirname(os.path.abspath(C.out_path)),
                           rt.master)
     return run
@@ -345,12 +371,13 @@ def save(run, step, stop_reason, **final):
     save_checkpoint(C.out_path, run.policy, iter_num=step, best_val_loss=None, config=vars(C),
                     tokenization=run.policy_ckpt['tokenization'], optimizer=run.optimizer,
                     metrics=dict(history=run.history, stop_reason=stop_reason, val_ppl_start=run.ppl_start,
-                                 ppl_tokens=run.ppl_tokens,
+                                 ppl_tokens=run.ppl_tokens, judge_warmup=run.warmup,
                                  flops=run.flops_per_step * len(run.history) + run.judge_flops, **final))
     if C.judge_update_interval:  # loadable wherever a reward model is
         last = run.history[-1]
         save_checkpoint(run.judge_path, run.reward_model, iter_num=step,
-                        config=dict(run.rm_ckpt.get('config', {}), online_from=os.path.abspath(C.reward_model_path)),
+                        config=dict(run.rm_ckpt.get('config', {}), online_from=os.path.abspath(C.reward_model_path),
+                                    loss=run.judge_loss_kind, online_unfreeze_layers=C.judge_unfreeze_layers),
                         tokenization=run.rm_ckpt['tokenization'], data_block_size=run.N,
                         metrics={k: last[k] for k in last if k.startswith('judge')})
 
@@ -467,18 +494,25 @@ def policy_update(run, batch, s):
     return u
 
 
-def update_judge(run, s, step):
+def update_judge(run, batch, s, step):
     """The online judge (judge_update_interval = k > 0) learns from these rollouts and a replay of earlier ones
-    every k steps; returns its mean loss, or None on a step it does not train."""
+    every k steps; returns its mean loss, or None on a step it does not train. A judge whose trunk trains replays
+    the token ids (its features change as it learns), a head-only judge the features this step computed."""
     C = run.C
     if not C.judge_update_interval:
         return None
     labels = torch.stack([s.natural_share, 1 - s.natural_share], dim=1)
-    run.replay.append((s.feats.float().detach(), labels, s.real_feats))
+    if run.judge_trunk:
+        natural = batch.real.repeat_interleave(C.num_generations, 0) if run.judge_loss_kind == 'pairwise' else None
+        run.replay.append((batch.seqs, labels, natural))
+    else:
+        run.replay.append((s.feats.float().detach(), labels, s.real_feats))
     if (step + 1) % C.judge_update_interval:
         return None
-    run.judge_flops += 6 * run.head_params * C.judge_batch_size * C.judge_steps * run.rt.world_size
-    return judge_update(run.reward_model.reward_head, run.judge_opt, run.replay, C.judge_steps,
+    rows = C.judge_batch_size * C.judge_steps * run.rt.world_size * (2 if run.judge_loss_kind == 'pairwise' else 1)
+    run.judge_flops += rows * (run.N * run.reward_model.flops_per_token(backward=True) if run.judge_trunk
+                               else 6 * run.head_params)
+    return judge_update(run.judge_fn, run.judge_params, run.judge_opt, run.replay, C.judge_steps,
                         C.judge_batch_size, run.judge_loss_kind, run.judge_gen, run.rt)
 
 
@@ -488,6 +522,7 @@ def log_row(run, step, lr, batch, s, u, times):
     rt, mean = run.rt, (lambda v: all_reduce_mean(v, run.rt))
     row = dict(step=step, reward=mean(s.rewards.mean().item()), reward_std=mean(s.rewards.std().item()),
                reward_group_std=mean(s.group_std), frac_reward_zero_std=mean(s.zero_std / run.n_prompts),
+               reward_within_group_share=mean(within_group_share(s.rewards, run.C.num_generations)),
                kl=None if u.stats['kl'] is None else mean(u.stats['kl']), clip_ratio=mean(u.stats['clip_ratio']),
                entropy=mean(u.entropy.item()), grad_norm=u.grad_norm, loss=mean(u.loss.item()), lr=lr,
                completion_length=float(run.N - batch.lengths.mean()), time_generation=times[1] - times[0],
@@ -549,7 +584,7 @@ def save_state(run, step):
     save_resume_state(run.state_path, dict(
         signature=run.signature, step=step, policy=run.policy.state_dict(), optimizer=run.optimizer.state_dict(),
         reference=run.reference.state_dict() if run.reference is not None else None,
-        judge=run.reward_model.reward_head.state_dict() if judge_on else None,
+        judge=run.reward_model.state_dict() if judge_on else None, warmup=run.warmup,
         judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
         replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen), history=run.history,
         ppl_start=run.ppl_start, judge_flops=run.judge_flops, reward_ma=list(run.reward_ma),
@@ -564,11 +599,12 @@ def restore_state(run, state):
     if run.reference is not None:
         run.reference.load_state_dict(state['reference'])
     if run.judge_opt is not None:
-        run.reward_model.reward_head.load_state_dict(state['judge'])
+        run.reward_model.load_state_dict(state['judge'])
         run.judge_opt.load_state_dict(state['judge_optimizer'])
         run.replay.extend(tuple(None if t is None else t.to(run.rt.device) for t in r) for r in state['replay'])
     set_rng_states(state['rng'], run.rng, run.gen, run.judge_gen)
     run.history, run.ppl_start, run.judge_flops = state['history'], state['ppl_start'], state['judge_flops']
+    run.warmup = state['warmup']
     run.reward_ma.extend(state['reward_ma'])
     run.stopper.load_state_dict(state['stopper'])
     run.last_ok_state, run.last_ok_step = state['last_ok_state'], state['last_ok_step']
@@ -577,12 +613,32 @@ def restore_state(run, state):
     return state['step']
 
 
+def judge_warmup(run):
+    """judge_warmup_steps rollout batches the online judge learns from before the policy moves (GAD's warm-up):
+    its sight on each batch before it learns from it, logged apart from the policy's steps; their generation, scoring
+    and updates are counted in the judge's FLOPs."""
+    C, rt = run.C, run.rt
+    rows = C.prompts_per_step * C.num_generations
+    for w in tqdm(range(C.judge_warmup_steps), desc='judge warm-up', disable=not rt.master, dynamic_ncols=True,
+                  leave=False):
+        batch = rollouts(run)
+        s = score(run, batch)
+        loss = update_judge(run, batch, s, w)
+        run.judge_flops += rows * run.N * (run.policy.flops_per_token() + run.reward_model.flops_per_token())
+        run.warmup.append(dict(step=w, judge_sight=all_reduce_mean(s.sight, rt), judge_loss=loss,
+                               judge_r2=all_reduce_mean(s.fresh['r2'], rt)))
+    if run.warmup and rt.master:
+        print(f"judge warm-up: {len(run.warmup)} batches, sight {run.warmup[0]['judge_sight']:.3f} -> "
+              f"{run.warmup[-1]['judge_sight']:.3f} on batches it had not seen")
+
+
 def start(run, state):
     """Fresh or resumed: the log file rewritten with the steps it resumes with, and the opening line."""
     C = run.C
     first_step = restore_state(run, state) if state is not None else 0
     if state is None:
         run.ppl_start = val_ppl(run) if run.rt.master else None
+        judge_warmup(run)
     if run.rt.master:
         os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
         with open(run.log_path, 'w') as f:
@@ -649,7 +705,7 @@ def main(argv):
         # the policy that made these rollouts, kept while its KL is under the cap
         pre_update = {k: v.detach().clone() for k, v in run.policy.state_dict().items()} if C.max_kl else None
         u = policy_update(run, batch, s)
-        u.judge_loss = update_judge(run, s, step)
+        u.judge_loss = update_judge(run, batch, s, step)
         row = log_row(run, step, lr, batch, s, u, (t0, t1, t2, time.time()))
         stop = False
         if rt.master:

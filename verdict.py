@@ -7,7 +7,17 @@ import os
 
 import numpy as np
 
+from judge import auc
 from model import GPT, evaluate_perplexity
+from two_sample import joint_scores
+
+
+# The margins below which two points are 'equal', whatever the test says, fixed before any arm was read: two-sample
+# AUCs 0.03 apart (about twice the sd of the difference between two disjoint natural draws of 1,000 texts), or a
+# perplexity within 1% of the other's
+AUC_MARGIN = 0.03
+PPL_MARGIN = 0.01
+BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
 
 
 def _label(diff, p, alpha):
@@ -16,8 +26,9 @@ def _label(diff, p, alpha):
 
 def compare(arm, control, higher_is_better, alpha=0.05):
     """
-    'better', 'indistinguishable' or 'worse': the arm against the control, each given as (mean, sd, n) over seeds,
-    by a two-sided Welch t-test at level alpha. With no spread on either side any difference decides.
+    'better', 'indistinguishable' or 'worse': the arm against the control, each given as (mean, sd, n) over
+    independent seeds, by a two-sided Welch t-test at level alpha. With no spread on either side any difference
+    decides.
     """
     from scipy import stats
     (m1, s1, n1), (m2, s2, n2) = arm, control
@@ -27,23 +38,60 @@ def compare(arm, control, higher_is_better, alpha=0.05):
     return _label(diff, stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue, alpha)
 
 
-def compare_paired(arm_values, control_values, higher_is_better, alpha=0.05):
-    """The same three labels from paired measurements (the cross-entropy of each val window), by a two-sided
-    paired t-test."""
-    from scipy import stats
-    d = np.asarray(arm_values, dtype=np.float64) - np.asarray(control_values, dtype=np.float64)
-    d = d if higher_is_better else -d
-    if np.all(d == d[0]):
-        return _label(d[0], 0.0 if d[0] else 1.0, alpha)
-    return _label(d.mean(), stats.ttest_1samp(d, 0.0).pvalue, alpha)
+def effect_label(effect, ci, margin):
+    """An effect (positive: the arm is better) read against its margin and its 95% interval ci: 'equal' below the
+    margin, whatever the interval; beyond it 'better' or 'worse' when the interval excludes 0, else 'unresolved'
+    (the data cannot tell a material difference from none)."""
+    if abs(effect) < margin:
+        return 'equal'
+    return 'better' if ci[0] > 0 else 'worse' if ci[1] < 0 else 'unresolved'
+
+
+def _effect(effect, boots, margin, **extra):
+    ci = [float(q) for q in np.percentile(boots, [2.5, 97.5])]
+    return dict(label=effect_label(effect, ci, margin), effect=float(effect), ci=ci, margin=margin, **extra)
+
+
+def perplexity_effect(arm_windows, control_windows, seed=0):
+    """The arm's whole-split perplexity against the control's, window by window (the cross-entropy of each val
+    window, both models on the same windows): effect = 1 - ppl(arm) / ppl(control), positive when the arm's is
+    lower, with a bootstrap interval over the windows."""
+    d = np.asarray(control_windows, dtype=np.float64) - np.asarray(arm_windows, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    boots = [1 - np.exp(-d[rng.integers(0, d.size, d.size)].mean()) for _ in range(BOOTSTRAP)]
+    return _effect(1 - np.exp(-d.mean()), boots, PPL_MARGIN)
+
+
+def c2st_effect(arm, control, seed=0):
+    """
+    The two-sample test's effect: AUC(control) - AUC(arm), positive when the arm's text is the closer to natural
+    text, both read by one referee trained on both sides' samples (two_sample.joint_scores), with a bootstrap
+    interval over the natural windows and the prompts (each resample draws the same prompts for every side).
+    control is a point, or the matched temperature's mix of two sweep points (c2st_parts: [(weight, point)]). None
+    where a side kept no texts or the sides were not measured on the same natural windows.
+    """
+    parts = control.get('c2st_parts') or [(1.0, control)]
+    points = [arm] + [p for _, p in parts]
+    if any('c2st_sample_texts' not in p or p['c2st_natural_texts'] != arm['c2st_natural_texts'] for p in points):
+        return None
+    p_natural, p_sets = joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points], seed)
+
+    def difference(natural, prompts):
+        return (sum(w * auc(p[prompts], p_natural[natural]) for (w, _), p in zip(parts, p_sets[1:]))
+                - auc(p_sets[0][prompts], p_natural[natural]))
+    n, rng = len(p_natural), np.random.default_rng(seed)
+    boots = [difference(rng.integers(0, n, n), rng.integers(0, n, n)) for _ in range(BOOTSTRAP)]
+    effect, arm_auc = difference(slice(None), slice(None)), auc(p_sets[0], p_natural)
+    return _effect(effect, boots, AUC_MARGIN, arm_auc=arm_auc, control_auc=arm_auc + effect)
 
 
 def matched_temperature(points, entropy):
     """
     The control's temperature T* whose sample entropy equals the arm's, by linear interpolation along the sweep
     (points: a base model's evaluation points at several temperatures), with the fresh-judge boundary error and the
-    two-sample AUC interpolated there. An arm outside the sweep's entropy range is matched to the nearest end
-    (flagged). The matched judges are blind when those of a point it was read from are.
+    two-sample AUC interpolated there, and the two sweep points it lies between with their weights (c2st_parts: the
+    two-sample verdict mixes their out-of-fold scores' AUCs the same way). An arm outside the sweep's entropy range
+    is matched to the nearest end (flagged). The matched judges are blind when those of a point it was read from are.
     """
     pts = sorted(points, key=lambda p: p['sample_entropy'])
     xs = [p['sample_entropy'] for p in pts]
@@ -51,35 +99,43 @@ def matched_temperature(points, entropy):
     def at(key):
         return float(np.interp(entropy, xs, [p[key] for p in pts]))
     i = int(np.searchsorted(xs, entropy))
-    neighbours = pts[max(0, i - 1):i + 1] or pts[-1:]
+    if 0 < i < len(pts) and xs[i] > xs[i - 1]:
+        w = (entropy - xs[i - 1]) / (xs[i] - xs[i - 1])
+        parts = [(1 - w, pts[i - 1]), (w, pts[i])]
+    else:
+        parts = [(1.0, pts[min(i, len(pts) - 1)])]
     matched = dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
                    fresh_judge_boundary_error=at('fresh_judge_boundary_error'),
                    fresh_judge_boundary_error_sd=at('fresh_judge_boundary_error_sd'),
-                   fresh_judge_blind=any(p.get('fresh_judge_blind', False) for p in neighbours),
-                   unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts))
+                   fresh_judge_blind=any(p.get('fresh_judge_blind', False) for w, p in parts if w > 0),
+                   unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts),
+                   c2st_parts=parts)
     if all('c2st_auc' in p for p in pts):
-        matched.update(c2st_auc=at('c2st_auc'), c2st_auc_sd=at('c2st_auc_sd'), c2st_n=min(p['c2st_n'] for p in pts))
+        matched.update(c2st_auc=at('c2st_auc'), c2st_auc_sd=at('c2st_auc_sd'))
     return matched
 
 
 def judge_verdict(arm, control):
     """The fresh judges' label: 'blind' when the judges of both sides never left their untrained start (two blind
-    judges' figures are the same ceiling, which says nothing of the texts), else the Welch test's label."""
+    judges' figures are the same ceiling, which says nothing of the texts), else the Welch test's label over the
+    judges' seeds."""
     if arm.get('fresh_judge_blind') and control.get('fresh_judge_blind'):
         return 'blind'
     return compare(*[(e['fresh_judge_boundary_error'], e['fresh_judge_boundary_error_sd'], e['fresh_judge_n'])
                      for e in (arm, control)], higher_is_better=True)
 
 
-def c2st_verdict(arm, control):
-    """The two-sample test's label (lower AUC is closer to natural text), or None where a side was not measured."""
-    if 'c2st_auc' not in arm or 'c2st_auc' not in control:
-        return None
-    return compare(*[(e['c2st_auc'], e['c2st_auc_sd'], e['c2st_n']) for e in (arm, control)], higher_is_better=False)
-
-
 POINT_SUMMARY = ('val_perplexity', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_blind',
-                 'sample_entropy', 'c2st_auc', 'c2st_auc_sd', 'mauve', 'mauve_sd')
+                 'sample_entropy', 'c2st_auc', 'c2st_auc_sd', 'c2st_auc_ci', 'mauve', 'mauve_sd')
+
+
+def control_verdict(arm, control):
+    """The arm against one control on every referee: the fresh judges' label, and the two-sample test's and the
+    perplexity's effects with their intervals and labels (c2st None where a side has no two-sample scores)."""
+    c2st = c2st_effect(arm, control)
+    ppl = perplexity_effect(arm['val_window_cross_entropy'], control['val_window_cross_entropy'])
+    return {'boundary_error': judge_verdict(arm, control), 'c2st': c2st and c2st['label'], 'c2st_effect': c2st,
+            'perplexity': ppl['label'], 'perplexity_effect': ppl}
 
 
 def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
@@ -87,8 +143,8 @@ def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
     The verdict of one cycle: its new generator (arm) against the MLE control (mle), against the previous base
     sampled at the matched temperature (sweep: that base's points) and, for GRPO, against the judge-off ablation
     (judge_off: the same trainer with a constant reward). Each on the referee's fresh-judge boundary error (higher is
-    better), the two-sample test's AUC (lower is better) and whole-split held-out perplexity (lower is better;
-    window by window).
+    better), the two-sample test's pooled AUC (lower is better) and whole-split held-out perplexity (lower is
+    better; window by window); the last two as effects with 95% intervals, read against their margins.
     """
     matched = matched_temperature(sweep, arm['sample_entropy'])
     base = GPT.from_checkpoint(base_path, device=device)
@@ -97,11 +153,8 @@ def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
                                           per_window=True)
     matched.update(val_perplexity=ppl, val_window_cross_entropy=windows)
     controls = {'mle': mle, 'temperature': matched, **({'judge_off': judge_off} if judge_off else {})}
-    verdicts = {name: {'boundary_error': judge_verdict(arm, c), 'c2st': c2st_verdict(arm, c),
-                       'perplexity': compare_paired(arm['val_window_cross_entropy'], c['val_window_cross_entropy'],
-                                                    False)}
-                for name, c in controls.items()}
-    del matched['val_window_cross_entropy']
+    verdicts = {name: control_verdict(arm, c) for name, c in controls.items()}
+    del matched['val_window_cross_entropy'], matched['c2st_parts']
     summary = {name: {k: c[k] for k in POINT_SUMMARY if k in c} for name, c in controls.items() if name != 'temperature'}
     return dict(matched=matched, verdicts=verdicts, arm={k: arm[k] for k in POINT_SUMMARY + ('temperature',) if k in arm},
-                **summary)
+                margins=dict(c2st_auc=AUC_MARGIN, perplexity=PPL_MARGIN), **summary)

@@ -31,10 +31,11 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from evaluate import PROMPT_LEN, eval_windows, two_sample_test  # noqa: E402
+from evaluate import PROMPT_LEN, eval_windows  # noqa: E402
 from judge import sight_auc  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
+from two_sample import two_sample_test  # noqa: E402
 
 RECIPES = {
     'head': ['--max_iters=1500'],

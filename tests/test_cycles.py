@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, run_script
 from evaluate import distinct_n, eval_windows, repetition_rate, text_statistics, unknown_word_rate, words_of
 from model import load_checkpoint
-from verdict import compare, compare_paired, matched_temperature
+from verdict import compare, matched_temperature, perplexity_effect
 
 
 def test_distinct_n_and_repetition_exact_values():
@@ -38,13 +38,19 @@ def test_verdict_rule_on_hand_made_figures():
     assert compare((30.0, 3.0, 3), (29.5, 3.0, 3), True) == 'indistinguishable'
     assert compare((8.0, 0.0, 3), (8.0, 0.0, 3), True) == 'indistinguishable'
     assert compare((8.1, 0.0, 3), (8.0, 0.0, 3), False) == 'worse'  # no spread: any difference decides
-    # perplexity, lower is better: per-window cross-entropies, paired
+    # perplexity, lower is better: per-window cross-entropies, paired; an effect within 1% is equal, whatever the test
     rng = np.random.default_rng(0)
     control = rng.normal(2.0, 0.3, 500)
-    assert compare_paired(control - 0.05 + rng.normal(0, 0.01, 500), control, False) == 'better'
-    assert compare_paired(control + 0.05 + rng.normal(0, 0.01, 500), control, False) == 'worse'
-    assert compare_paired(control + rng.normal(0, 0.01, 500), control, False) == 'indistinguishable'
-    assert compare_paired(control, control, False) == 'indistinguishable'
+    better = perplexity_effect(control - 0.05 + rng.normal(0, 0.01, 500), control)
+    assert better['label'] == 'better' and better['effect'] == pytest.approx(1 - np.exp(-0.05), abs=0.002)
+    assert better['ci'][0] < better['effect'] < better['ci'][1]
+    assert perplexity_effect(control + 0.05 + rng.normal(0, 0.01, 500), control)['label'] == 'worse'
+    # 0.1% lower, with a tiny spread: a t-test calls it better, the margin calls it equal
+    tiny = perplexity_effect(control - 0.001 + rng.normal(0, 0.0001, 500), control)
+    assert tiny['ci'][0] > 0 and tiny['label'] == 'equal'
+    # 3% apart, but so noisy the interval holds 0
+    assert perplexity_effect(control + 0.03 + rng.normal(0, 1.0, 500), control)['label'] == 'unresolved'
+    assert perplexity_effect(control, control)['label'] == 'equal'
 
 
 def test_matched_temperature_interpolates_along_the_sweep():
@@ -124,15 +130,23 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
             'mean_p_natural', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_r2',
             'unknown_word_rate', 'natural_unknown_word_rate', 'c2st_auc', 'c2st_auc_sd', 'c2st_accuracy',
             'fresh_judge_blind', 'fresh_judge_blind_count'} <= set(e)
-    assert e['c2st_n'] == 5 and 0 <= e['c2st_auc'] <= 1 and all('blind' in r for r in e['fresh_judge_runs'])
+    assert e['c2st_folds'] == 5 and e['c2st_n'] == 32 and 0 <= e['c2st_auc'] <= 1
+    assert len(e['c2st_natural_texts']) == len(e['c2st_sample_texts']) == 16
+    assert all('blind' in r for r in e['fresh_judge_runs'])
     assert 0 <= e['judge_sight_auc'] <= 1 and 'judge sight' in report  # the cycle's judge, on the c2st windows
     assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
     sweep = json.loads((out / 'sweep_v1.json').read_text())
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]
     v = json.loads((out / 'verdict_v1.json').read_text())
-    labels = {'better', 'indistinguishable', 'worse', 'blind'}
     controls = ('mle', 'temperature', 'judge_off')
-    assert {v['verdicts'][c][m] for c in controls for m in ('boundary_error', 'perplexity', 'c2st')} <= labels
+    assert {v['verdicts'][c]['boundary_error'] for c in controls} <= {'better', 'indistinguishable', 'worse', 'blind'}
+    assert {v['verdicts'][c][m] for c in controls for m in ('perplexity', 'c2st')} <= {'better', 'equal', 'worse',
+                                                                                      'unresolved'}
+    for c in controls:  # every point shares the eval windows: each two-sample effect has one referee for both sides
+        x = v['verdicts'][c]
+        assert x['c2st_effect']['margin'] == 0.03 and len(x['perplexity_effect']['ci']) == 2
+        assert x['c2st_effect']['label'] == x['c2st'] and x['perplexity_effect']['label'] == x['perplexity']
+    assert 'c2st_parts' not in v['matched'] and v['margins'] == {'c2st_auc': 0.03, 'perplexity': 0.01}
     assert v['mle_iters'] >= 1 and v['cycle_flops'] > 0
     # the MLE control kept its best val checkpoint within its allowance, and says where it stopped
     assert 0 <= v['mle_best_iter'] <= v['mle_stopped_at'] <= v['mle_iters'] and v['mle_stop_reason']

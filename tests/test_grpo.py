@@ -283,6 +283,37 @@ def test_online_judge_learns_to_see_the_policy(judge_case):
     assert trunk_signature(judge['model']) == trunk_signature(blind['model'])
 
 
+def test_an_online_judge_that_trains_its_trunk_learns_its_own_features(judge_case):
+    """--judge_unfreeze_layers=-1: the online judge trains every parameter of its own copy (the policy is another
+    model: lr 0 keeps it fixed), on token ids replayed across steps, after warm-up batches that the policy does not
+    move in. Its sight on unseen rollouts rises, its trunk leaves the one it started from, and its warm-up is
+    logged apart from the policy's steps."""
+    from evaluate import trunk_signature
+    d = judge_case
+    h = grpo_judge_run(d, 'trunk.pt', '--judge_update_interval=1', '--judge_steps=8', '--judge_learning_rate=3e-3',
+                       '--judge_batch_size=32', '--judge_unfreeze_layers=-1', '--judge_warmup_steps=6',
+                       '--max_steps=12')
+    metrics = load_checkpoint(str(d / 'trunk.pt'))['metrics']
+    warmup = metrics['judge_warmup']
+    assert [w['step'] for w in warmup] == list(range(6)) and warmup[0]['judge_sight'] == 0.5  # blind at the start
+    assert len(h) == 12 and np.mean([x['judge_sight'] for x in h[-5:]]) > 0.8, [x['judge_sight'] for x in h]
+    judge, blind = load_checkpoint(str(d / 'trunk_judge.pt')), load_checkpoint(str(d / 'blind.pt'))
+    assert trunk_signature(judge['model']) != trunk_signature(blind['model'])
+    assert judge['config']['online_unfreeze_layers'] == -1
+    assert all(0 <= x['reward_within_group_share'] <= 1 for x in h)
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
+                   '--judge_unfreeze_layers=-1', f'--out_path={d / "x.pt"}')
+    assert r.returncode == 2 and 'judge_update_interval' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_within_group_share_of_the_reward_spread():
+    from train_grpo import within_group_share
+    assert within_group_share(torch.tensor([0.1, 0.9, 0.1, 0.9]), 2) == pytest.approx(1.0)  # all within groups
+    assert within_group_share(torch.tensor([0.1, 0.1, 0.9, 0.9]), 2) == 0.0  # groups differ, completions do not
+    assert within_group_share(torch.tensor([0.1, 0.3, 0.7, 0.9]), 2) == pytest.approx(0.04 / 0.40)  # SS within / SS total
+    assert within_group_share(torch.full((4,), 0.5), 2) == 0.0
+
+
 def test_token_advantages_match_hand_computation():
     """Discounted returns of the per-position rewards over the completion, centred per position within each group;
     target j carries position j + 1's advantage; prompt positions get none."""
@@ -385,7 +416,8 @@ def test_judge_off_zeroes_the_policy_gradient(tmp_path, known_answer_run, char_c
     assert not same_weights(tmp_path / 'off_nll.pt', char_ckpt)
 
 
-def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, monkeypatch):
+@pytest.mark.parametrize('judge', ['head', 'trunk'])
+def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, monkeypatch, judge):
     """A run killed right after its resume state was written (step 3 of 7) and restarted with --resume=True ends
     with the same policy, online judge and log as the run that was never stopped: policy, optimizer, reference,
     judge head, its optimizer and replay, and every generator's state come back. Settings or inputs that differ
@@ -396,7 +428,10 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
             '--max_steps=7', '--learning_rate=3e-3', '--warmup_steps=2', '--eval_interval=3', '--prompts_per_step=4',
             '--num_generations=2', '--reward_threshold=2.0', '--judge_update_interval=1', '--judge_steps=2',
             '--judge_learning_rate=1e-2', '--nll_weight=1.0', '--num_iterations=2', '--resume=True']
-    r = run_script('train_grpo.py', *args, f'--out_path={d / "whole.pt"}')
+    if judge == 'trunk':  # the whole judge trains, on replayed token ids, after warm-up batches
+        args += ['--judge_unfreeze_layers=-1', '--judge_warmup_steps=2']
+    whole = d / f'whole_{judge}.pt'
+    r = run_script('train_grpo.py', *args, f'--out_path={whole}')
     assert r.returncode == 0, r.stderr[-2000:]
 
     def save_then_die(path, state):
@@ -410,10 +445,10 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
     r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}')
     assert r.returncode == 0 and 'resumed at step 3' in r.stdout, r.stderr[-2000:]
     assert not (tmp_path / 'cut_resume.pt').exists()
-    assert same_weights(d / 'whole.pt', tmp_path / 'cut.pt')
-    assert same_weights(d / 'whole_judge.pt', tmp_path / 'cut_judge.pt')
+    assert same_weights(whole, tmp_path / 'cut.pt')
+    assert same_weights(d / f'whole_{judge}_judge.pt', tmp_path / 'cut_judge.pt')
     steps = lambda p: [(x['step'], x['reward'], x['loss']) for x in map(json.loads, open(p))]  # noqa: E731
-    assert steps(d / 'whole_log.jsonl') == steps(tmp_path / 'cut_log.jsonl')
+    assert steps(d / f'whole_{judge}_log.jsonl') == steps(tmp_path / 'cut_log.jsonl')
     # a state written with other settings is not continued
     monkeypatch.setattr(train_grpo, 'save_resume_state', save_then_die)
     with pytest.raises(KeyboardInterrupt):

@@ -1,12 +1,14 @@
 """The model-free referee (the classifier two-sample test) and the blind flag of the fresh judges, on cases with
 known answers."""
 import random
+from collections import Counter
 
+import numpy as np
 import pytest
 
 from conftest import make_text
-from evaluate import two_sample_test
-from verdict import judge_verdict, matched_temperature
+from two_sample import two_sample_test
+from verdict import c2st_effect, judge_verdict, matched_temperature, perplexity_effect
 
 
 def windows(text, n, length=120):
@@ -27,35 +29,73 @@ def plant_invented_words(texts, share, seed):
 
 @pytest.fixture(scope='module')
 def natural():
-    """Two disjoint draws of the same natural source (the tests' Shakespeare-like text, two seeds), 1,000 windows of
-    120 characters each, as an evaluation point has."""
-    return windows(make_text(120000, seed=1), 1000), windows(make_text(120000, seed=2), 1000)
+    """Three disjoint draws of the same natural source (the tests' Shakespeare-like text, three seeds), 1,000 windows
+    of 120 characters each, as an evaluation point has."""
+    return tuple(windows(make_text(120000, seed=s), 1000) for s in (1, 2, 3))
 
 
 def test_two_disjoint_natural_draws_are_indistinguishable(natural):
-    a, b = natural
+    a, b, _ = natural
     r = two_sample_test(a, b, seed=0)
-    assert abs(r['c2st_auc'] - 0.5) < 0.05 and abs(r['c2st_accuracy'] - 0.5) < 0.05, r  # measured 0.469
-    assert r['c2st_n'] == 5 and r['c2st_auc_sd'] > 0
+    assert abs(r['c2st_auc'] - 0.5) < 0.05 and abs(r['c2st_accuracy'] - 0.5) < 0.05, r
+    assert r['c2st_n'] == 2000 and r['c2st_folds'] == 5 and 0.005 < r['c2st_auc_sd'] < 0.03
+    assert r['c2st_auc_ci'][0] < r['c2st_auc'] < r['c2st_auc_ci'][1]
 
 
 def test_invented_words_in_a_fifth_of_the_words_are_seen(natural):
-    a, b = natural
+    a, b, _ = natural
     r = two_sample_test(a, plant_invented_words(b, 0.2, seed=0), seed=0)
     assert r['c2st_auc'] > 0.93 and r['c2st_accuracy'] > 0.65, r  # measured 0.960, 0.738
 
 
 def test_two_sample_test_is_deterministic_per_seed(natural):
-    a, b = natural
+    a, b, _ = natural
     planted = plant_invented_words(b, 0.05, seed=0)
     assert two_sample_test(a, planted, seed=3) == two_sample_test(a, planted, seed=3)
     assert two_sample_test(a, planted, seed=3) != two_sample_test(a, planted, seed=4)  # other folds
 
 
+def c2st_point(reference, samples):
+    """An evaluation point's texts for the two-sample test: every point of a run shares the natural windows."""
+    return dict(c2st_natural_texts=reference, c2st_sample_texts=samples)
+
+
+def test_the_two_sample_verdict_knows_the_answers(natural):
+    reference, a, b = natural
+    same = c2st_effect(c2st_point(reference, a), c2st_point(reference, b))  # two disjoint natural draws
+    assert same['label'] == 'equal' and same['ci'][0] < 0 < same['ci'][1], same
+    assert abs(same['arm_auc'] - 0.5) < 0.05 and abs(same['control_auc'] - 0.5) < 0.05
+    planted = c2st_effect(c2st_point(reference, plant_invented_words(b, 0.2, seed=0)), c2st_point(reference, a))
+    assert planted['label'] == 'worse' and planted['ci'][1] < -0.03, planted
+    # the matched temperature's mix: half a clean draw, half a planted one, lies between them
+    mix = dict(c2st_parts=[(0.5, c2st_point(reference, a)), (0.5, c2st_point(reference, plant_invented_words(b, 0.2, 0)))])
+    halfway = c2st_effect(c2st_point(reference, a), mix)
+    assert 0 < halfway['effect'] < -planted['effect'] and halfway['label'] == 'better'
+    assert c2st_effect(c2st_point(reference, a), c2st_point(b, a)) is None  # other natural windows: no comparison
+
+
+def bigram_cross_entropy(train_text, texts):
+    """Each text's mean cross-entropy (nats per character) under an add-one char bigram model of train_text: a
+    model's per-window figures, as the perplexity verdict reads them."""
+    pairs, firsts = Counter(zip(train_text, train_text[1:])), Counter(train_text[:-1])
+    vocab = len(set(train_text) | set(''.join(texts)))
+    return [float(np.mean([-np.log((pairs[(x, y)] + 1) / (firsts[x] + vocab)) for x, y in zip(t, t[1:])]))
+            for t in texts]
+
+
+def test_the_perplexity_verdict_knows_the_answers(natural):
+    _, a, b = natural
+    train = make_text(120000, seed=0)
+    clean_a, clean_b = bigram_cross_entropy(train, a), bigram_cross_entropy(train, b)
+    assert perplexity_effect(clean_a, clean_b)['label'] == 'equal'  # two disjoint natural draws
+    planted = perplexity_effect(bigram_cross_entropy(train, plant_invented_words(b, 0.05, seed=0)), clean_b)
+    assert planted['label'] == 'worse' and planted['ci'][1] < -0.01, planted
+
+
 def point(be, sd, blind, entropy=1.0, t=1.0, auc=0.8):
     return dict(fresh_judge_boundary_error=be, fresh_judge_boundary_error_sd=sd, fresh_judge_n=3,
                 fresh_judge_blind=blind, sample_entropy=entropy, temperature=t, unknown_word_rate=0.1,
-                c2st_auc=auc, c2st_auc_sd=0.01, c2st_n=5)
+                c2st_auc=auc, c2st_auc_sd=0.01)
 
 
 def test_a_verdict_read_from_blind_judges_says_blind():
@@ -69,4 +109,5 @@ def test_matched_temperature_carries_blindness_and_the_two_sample_auc():
     sweep = [point(20.0, 1.0, False, entropy=1.0, t=0.8, auc=0.9), point(30.0, 1.0, True, entropy=2.0, t=1.0, auc=0.7)]
     m = matched_temperature(sweep, 1.5)
     assert m['temperature'] == pytest.approx(0.9) and m['c2st_auc'] == pytest.approx(0.8) and m['fresh_judge_blind']
+    assert [w for w, _ in m['c2st_parts']] == pytest.approx([0.5, 0.5])
     assert not matched_temperature(sweep, 0.5)['fresh_judge_blind']  # read from the T = 0.8 end only

@@ -1,0 +1,70 @@
+"""
+The classifier two-sample test (C2ST; Lopez-Paz & Oquab 2017), the referee that reads no model: a logistic
+regression on TF-IDF char 1-4-grams and lower-cased word unigrams (invented words, misspellings, rhythm) tells
+natural text from samples. evaluate.py measures each point with it; verdict.py compares two points with one
+classifier trained on both.
+"""
+
+import numpy as np
+
+from judge import auc
+
+C2ST_FOLDS = 5
+C2ST_BOOTSTRAP = 1000  # resamples of the texts behind an AUC's spread
+
+
+def tfidf_classifier():
+    """The referee's classifier: its features are fitted on each training fold only."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline, make_union
+    return make_pipeline(
+        make_union(TfidfVectorizer(analyzer='char', ngram_range=(1, 4), sublinear_tf=True, min_df=2),
+                   TfidfVectorizer(analyzer='word', token_pattern=r"[A-Za-z']+", sublinear_tf=True)),
+        LogisticRegression(C=1.0, max_iter=2000, class_weight='balanced'))
+
+
+def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
+    """
+    How well the referee tells sample_texts from natural_texts. Every text is scored once, by the fold that held it
+    out (stratified folds fixed by seed); the AUC and accuracy are those of the pooled out-of-fold scores (the
+    folds' own figures are not independent samples: their training sets overlap). Spread: sd and 95% interval of
+    the AUC over bootstrap resamples of each side's texts. It holds the classifiers fixed, so it is the texts'
+    share of the spread: between two disjoint draws of natural text the AUC moves about twice as much
+    (docs/arms.md), which is why verdict.py compares two points with one classifier, not by these spreads.
+    """
+    from sklearn.model_selection import StratifiedKFold
+    texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
+    y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
+    p = np.zeros(len(texts))
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(texts, y):
+        p[test] = tfidf_classifier().fit(texts[train], y[train]).predict_proba(texts[test])[:, 1]
+    natural, samples = p[y == 0], p[y == 1]
+    rng = np.random.default_rng(seed)
+    boots = [auc(rng.choice(samples, samples.size), rng.choice(natural, natural.size)) for _ in range(C2ST_BOOTSTRAP)]
+    return dict(c2st_accuracy=float(np.mean((p > 0.5) == y)), c2st_auc=auc(samples, natural),
+                c2st_auc_sd=float(np.std(boots, ddof=1)),
+                c2st_auc_ci=[float(q) for q in np.percentile(boots, [2.5, 97.5])], c2st_n=len(texts), c2st_folds=folds)
+
+
+def joint_scores(natural_texts, sample_sets, seed, folds=C2ST_FOLDS):
+    """
+    One referee for several sets of samples: the classifier of each fold learns natural text against every set at
+    once, and scores the held-out natural windows and each set's held-out samples. Text i of every set (the
+    continuation of prompt i) falls in the fold of natural window i, so every set is read by the same classifiers.
+    Returns the out-of-fold P(sample) of the natural windows and of each set.
+    """
+    from sklearn.model_selection import KFold
+    natural = np.array(natural_texts, dtype=object)
+    sets = [np.array(s, dtype=object) for s in sample_sets]
+    if any(len(s) != len(natural) for s in sets):
+        raise ValueError("every set needs one sample per natural window")
+    p_natural, p_sets = np.zeros(len(natural)), [np.zeros(len(natural)) for _ in sets]
+    for train, test in KFold(folds, shuffle=True, random_state=seed).split(natural):
+        X = np.concatenate([natural[train]] + [s[train] for s in sets])
+        y = np.r_[np.zeros(len(train)), np.ones(len(train) * len(sets))]
+        classifier = tfidf_classifier().fit(X, y)
+        p_natural[test] = classifier.predict_proba(natural[test])[:, 1]
+        for p, s in zip(p_sets, sets):
+            p[test] = classifier.predict_proba(s[test])[:, 1]
+    return p_natural, p_sets
