@@ -88,6 +88,7 @@ grpo_judge_learning_rate = 1e-3
 grpo_judge_replay = 8
 grpo_judge_unfreeze_layers = 0  # what the online judge trains: 0 its head; k the last k blocks too; -1 all of it
 grpo_judge_warmup_steps = 0  # rollout batches the online judge learns from before the policy moves
+grpo_judge_natural_windows = 0  # natural train windows the online judge also learns from each step
 grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
 grpo_nll_weight = 0.0  # real text in GRPO's loss: this weight times the next-token loss of its prompts' continuations
 trainer_seed = 0  # 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: s + n (repeats)
@@ -306,7 +307,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
     online = [f'--judge_update_interval={C.grpo_judge_update_interval}', f'--judge_steps={C.grpo_judge_steps}',
               f'--judge_learning_rate={C.grpo_judge_learning_rate}', f'--judge_replay={C.grpo_judge_replay}'] \
         + ([f'--judge_unfreeze_layers={C.grpo_judge_unfreeze_layers}'] if C.grpo_judge_unfreeze_layers else []) \
-        + ([f'--judge_warmup_steps={C.grpo_judge_warmup_steps}'] if C.grpo_judge_warmup_steps else [])
+        + ([f'--judge_warmup_steps={C.grpo_judge_warmup_steps}'] if C.grpo_judge_warmup_steps else []) \
+        + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else [])
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
             f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
@@ -581,8 +583,8 @@ def beats_every_control(verdicts):
 
 
 def effect_text(e, what, spec='.3f'):
-    """' (AUC lower by 0.031 [0.017, 0.045], margin 0.02)': an effect (positive: the arm better) as the report
-    prints it."""
+    """' (arm AUC lower by 0.031 [0.017, 0.045], margin 0.030)': an effect (positive: the arm better) with its
+    95% interval and margin, as the report prints it."""
     if not e:
         return ''
     return f" ({what} {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}], margin {e['margin']:{spec}})"
@@ -599,10 +601,10 @@ def verdict_lines(c):
     if 'judge_off_steps' in v:
         mle += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs) "
                 f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
-    labels = '; '.join(f"against {CONTROL_NAMES[k]}: boundary error **{x['boundary_error']}**, two-sample test "
-                       f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'AUC lower by')}, perplexity "
-                       f"**{x['perplexity']}**{effect_text(x.get('perplexity_effect'), 'lower by', '.1%')}"
-                       for k, x in vd.items())
+    labels = '; '.join(
+        f"against {CONTROL_NAMES[k]}: boundary error **{x['boundary_error']}**, two-sample test "
+        f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, perplexity **{x['perplexity']}**"
+        f"{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}" for k, x in vd.items())
     return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`; {mle}; matched temperature "
             f"T* = {m['temperature']:.3f}{where}): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else

@@ -45,7 +45,8 @@ from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from judge import freeze_trunk, judge_update, pair_accuracy, reward_metrics, sight_auc
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
-from policy import completion_mask, generated_positions, prompts_and_splits, sample_prompts, token_logprobs, warmup_lr
+from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
+                    token_logprobs, warmup_lr)
 from runtime import (all_reduce_mean, broadcast_stop, global_std, global_sum, load_resume_state, resume_file,
                      rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
 from tokenization_manager import TokenizationInfo, TokenizationManager
@@ -98,6 +99,10 @@ judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the j
 judge_unfreeze_layers = 0
 judge_loss = ''  # '' keeps the loss the judge was trained with; or 'mse', 'ce', 'pairwise' (Bradley-Terry)
 judge_warmup_steps = 0  # rollout batches the online judge learns from before the policy's first step
+# natural windows from the train split that the online judge also learns from each step, labelled natural at every
+# position (pointwise losses): without them every late position it sees is generated, and position alone fits the
+# crossover labels; they cost no generation
+judge_natural_windows = 0
 # the judge-off ablation: every reward is the constant 0.5, so every advantage is 0 and only the KL anchor and the
 # NLL term move the policy (the same trainer, settings and compute with the judge's signal removed)
 judge_off = False
@@ -281,9 +286,13 @@ def check_config(C):
     if (C.judge_unfreeze_layers or C.judge_warmup_steps or C.judge_loss) and not C.judge_update_interval:
         raise UserError("judge_unfreeze_layers, judge_loss and judge_warmup_steps shape the online judge: pass "
                         "--judge_update_interval=1 (or k) with them")
-    if C.judge_loss not in ('', 'mse', 'ce', 'pairwise') or C.judge_warmup_steps < 0 or C.judge_unfreeze_layers < -1:
-        raise UserError("judge_loss must be '', mse, ce or pairwise, judge_warmup_steps >= 0 and "
-                        "judge_unfreeze_layers >= -1")
+    if C.judge_natural_windows and (not C.judge_update_interval or C.judge_loss == 'pairwise'):
+        raise UserError("judge_natural_windows feeds the online judge's pointwise loss: pass it with "
+                        "--judge_update_interval=1 (or k) and a judge_loss other than pairwise")
+    if C.judge_natural_windows < 0 or C.judge_loss not in ('', 'mse', 'ce', 'pairwise') or C.judge_warmup_steps < 0 \
+            or C.judge_unfreeze_layers < -1:
+        raise UserError("judge_loss must be '', mse, ce or pairwise, judge_natural_windows and judge_warmup_steps "
+                        ">= 0 and judge_unfreeze_layers >= -1")
 
 
 def arm_steps(path):
@@ -318,6 +327,7 @@ def setup(C, rt):
         run.judge_opt = torch.optim.AdamW(run.judge_params, lr=C.judge_learning_rate, betas=(0.9, 0.99),
                                           weight_decay=0.0)
         run.judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
+    run.judge_rng = np.random.default_rng([C.seed, rt.rank, 7])  # its natural windows: the prompts' draw stays put
     run.judge_fn = ((lambda x: reward_model.reward_head(reward_model.reward_features(x))) if run.judge_trunk
                     else reward_model.reward_head)
     run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
@@ -504,9 +514,19 @@ def update_judge(run, batch, s, step):
     labels = torch.stack([s.natural_share, 1 - s.natural_share], dim=1)
     if run.judge_trunk:
         natural = batch.real.repeat_interleave(C.num_generations, 0) if run.judge_loss_kind == 'pairwise' else None
-        run.replay.append((batch.seqs, labels, natural))
+        entry = [batch.seqs, labels, natural]
     else:
-        run.replay.append((s.feats.float().detach(), labels, s.real_feats))
+        entry = [s.feats.float().detach(), labels, s.real_feats]
+    if C.judge_natural_windows:  # all natural: label [1, 0], every position natural
+        windows = torch.from_numpy(sample_windows(run.train, C.judge_natural_windows, 1, 1, run.N,
+                                                  run.judge_rng)[0]).to(run.rt.device)
+        if not run.judge_trunk:
+            with torch.no_grad(), run.rt.ctx:
+                windows = run.reward_model.reward_features(windows).float()
+            run.judge_flops += len(windows) * run.N * run.reward_model.flops_per_token() * run.rt.world_size
+        entry[0] = torch.cat([entry[0], windows])
+        entry[1] = torch.cat([labels, labels.new_tensor([[1.0, 0.0]]).expand(len(windows), 2)])
+    run.replay.append(tuple(entry))
     if (step + 1) % C.judge_update_interval:
         return None
     rows = C.judge_batch_size * C.judge_steps * run.rt.world_size * (2 if run.judge_loss_kind == 'pairwise' else 1)
@@ -586,7 +606,8 @@ def save_state(run, step):
         reference=run.reference.state_dict() if run.reference is not None else None,
         judge=run.reward_model.state_dict() if judge_on else None, warmup=run.warmup,
         judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
-        replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen), history=run.history,
+        replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen),
+        judge_rng=run.judge_rng.bit_generator.state, history=run.history,
         ppl_start=run.ppl_start, judge_flops=run.judge_flops, reward_ma=list(run.reward_ma),
         stopper=run.stopper.state_dict(), last_ok_state=run.last_ok_state, last_ok_step=run.last_ok_step))
 
@@ -605,6 +626,7 @@ def restore_state(run, state):
     set_rng_states(state['rng'], run.rng, run.gen, run.judge_gen)
     run.history, run.ppl_start, run.judge_flops = state['history'], state['ppl_start'], state['judge_flops']
     run.warmup = state['warmup']
+    run.judge_rng.bit_generator.state = state['judge_rng']
     run.reward_ma.extend(state['reward_ma'])
     run.stopper.load_state_dict(state['stopper'])
     run.last_ok_state, run.last_ok_step = state['last_ok_state'], state['last_ok_step']

@@ -286,13 +286,13 @@ def test_online_judge_learns_to_see_the_policy(judge_case):
 def test_an_online_judge_that_trains_its_trunk_learns_its_own_features(judge_case):
     """--judge_unfreeze_layers=-1: the online judge trains every parameter of its own copy (the policy is another
     model: lr 0 keeps it fixed), on token ids replayed across steps, after warm-up batches that the policy does not
-    move in. Its sight on unseen rollouts rises, its trunk leaves the one it started from, and its warm-up is
-    logged apart from the policy's steps."""
+    move in, with natural windows of the train split beside the rollouts. Its sight on unseen rollouts rises, its
+    trunk leaves the one it started from, and its warm-up is logged apart from the policy's steps."""
     from evaluate import trunk_signature
     d = judge_case
     h = grpo_judge_run(d, 'trunk.pt', '--judge_update_interval=1', '--judge_steps=8', '--judge_learning_rate=3e-3',
                        '--judge_batch_size=32', '--judge_unfreeze_layers=-1', '--judge_warmup_steps=6',
-                       '--max_steps=12')
+                       '--judge_natural_windows=8', '--max_steps=12')
     metrics = load_checkpoint(str(d / 'trunk.pt'))['metrics']
     warmup = metrics['judge_warmup']
     assert [w['step'] for w in warmup] == list(range(6)) and warmup[0]['judge_sight'] == 0.5  # blind at the start
@@ -304,13 +304,18 @@ def test_an_online_judge_that_trains_its_trunk_learns_its_own_features(judge_cas
     r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
                    '--judge_unfreeze_layers=-1', f'--out_path={d / "x.pt"}')
     assert r.returncode == 2 and 'judge_update_interval' in r.stderr and 'Traceback' not in r.stderr
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
+                   '--judge_update_interval=1', '--judge_loss=pairwise', '--judge_natural_windows=8',
+                   f'--out_path={d / "x.pt"}')
+    assert r.returncode == 2 and 'pairwise' in r.stderr and 'Traceback' not in r.stderr
 
 
 def test_within_group_share_of_the_reward_spread():
     from train_grpo import within_group_share
     assert within_group_share(torch.tensor([0.1, 0.9, 0.1, 0.9]), 2) == pytest.approx(1.0)  # all within groups
     assert within_group_share(torch.tensor([0.1, 0.1, 0.9, 0.9]), 2) == 0.0  # groups differ, completions do not
-    assert within_group_share(torch.tensor([0.1, 0.3, 0.7, 0.9]), 2) == pytest.approx(0.04 / 0.40)  # SS within / SS total
+    # sum of squares within groups over the total
+    assert within_group_share(torch.tensor([0.1, 0.3, 0.7, 0.9]), 2) == pytest.approx(0.04 / 0.40)
     assert within_group_share(torch.full((4,), 0.5), 2) == 0.0
 
 
@@ -429,7 +434,7 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
             '--num_generations=2', '--reward_threshold=2.0', '--judge_update_interval=1', '--judge_steps=2',
             '--judge_learning_rate=1e-2', '--nll_weight=1.0', '--num_iterations=2', '--resume=True']
     if judge == 'trunk':  # the whole judge trains, on replayed token ids, after warm-up batches
-        args += ['--judge_unfreeze_layers=-1', '--judge_warmup_steps=2']
+        args += ['--judge_unfreeze_layers=-1', '--judge_warmup_steps=2', '--judge_natural_windows=4']
     whole = d / f'whole_{judge}.pt'
     r = run_script('train_grpo.py', *args, f'--out_path={whole}')
     assert r.returncode == 0, r.stderr[-2000:]

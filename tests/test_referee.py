@@ -65,10 +65,11 @@ def test_the_two_sample_verdict_knows_the_answers(natural):
     same = c2st_effect(c2st_point(reference, a), c2st_point(reference, b))  # two disjoint natural draws
     assert same['label'] == 'equal' and same['ci'][0] < 0 < same['ci'][1], same
     assert abs(same['arm_auc'] - 0.5) < 0.05 and abs(same['control_auc'] - 0.5) < 0.05
-    planted = c2st_effect(c2st_point(reference, plant_invented_words(b, 0.2, seed=0)), c2st_point(reference, a))
+    planted_b = c2st_point(reference, plant_invented_words(b, 0.2, seed=0))
+    planted = c2st_effect(planted_b, c2st_point(reference, a))
     assert planted['label'] == 'worse' and planted['ci'][1] < -0.03, planted
     # the matched temperature's mix: half a clean draw, half a planted one, lies between them
-    mix = dict(c2st_parts=[(0.5, c2st_point(reference, a)), (0.5, c2st_point(reference, plant_invented_words(b, 0.2, 0)))])
+    mix = dict(c2st_parts=[(0.5, c2st_point(reference, a)), (0.5, planted_b)])
     halfway = c2st_effect(c2st_point(reference, a), mix)
     assert 0 < halfway['effect'] < -planted['effect'] and halfway['label'] == 'better'
     assert c2st_effect(c2st_point(reference, a), c2st_point(b, a)) is None  # other natural windows: no comparison
