@@ -44,11 +44,10 @@ from judge import reward_data_cmd, reward_model_cmd, sight_auc
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
-from two_sample import C2ST_FOLDS, two_sample_test
+from two_sample import C2ST_FOLDS, continuation_texts, eval_windows, two_sample_test
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
-PROMPT_LEN = 8  # natural tokens each evaluation sample starts from
 # the fresh judge: the referee's trunk stays frozen (one fixed featurizer), its head sees the mean over positions
 JUDGE_FIXED_ARGS = ['--unfreeze_layers=0', '--reward_pooling=mean']
 
@@ -119,18 +118,6 @@ def mauve_with_spread(p_features, q_features, seed, n_boot=10):
     return score(p_features, q_features, seed), float(np.std(boots, ddof=1)) if n_boot > 1 else 0.0
 
 
-def eval_windows(val, n, length, seed):
-    """2n distinct non-overlapping val windows of `length` tokens, drawn at random: the first n are the natural
-    reference, the other n give the samples' prompts, so no sample starts from a reference window."""
-    available = len(val) // length
-    if 2 * n > available:
-        raise UserError(f"the val split holds {available} windows of {length} tokens; evaluation needs 2 x {n}: "
-                        f"lower the number of samples to at most {available // 2}")
-    chosen = np.random.default_rng(seed).choice(available, size=2 * n, replace=False) * length
-    windows = np.stack([val[o:o + length] for o in chosen]).astype(np.int64)
-    return torch.from_numpy(windows[:n]), torch.from_numpy(windows[n:])
-
-
 def trunk_signature(state_dict):
     """sha256 of the trunk's tensors (the 'transformer.' ones): equal iff two models share the same trunk."""
     h = hashlib.sha256()
@@ -188,14 +175,12 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
         figures.update(val_cross_entropy=ce, val_perplexity=ppl, val_window_cross_entropy=windows)
     gen = torch.Generator(device=device).manual_seed(A.seed)
     # the sampler's own entropy at every generated position: its diversity, which temperature controls
-    samples, entropy = model.generate(prompts[:, :PROMPT_LEN].to(device), reference.shape[1] - PROMPT_LEN,
-                                      temperature, A.top_k, generator=gen, entropy=True)
+    natural_texts, sample_texts, samples, entropy = continuation_texts(model, tok, reference, prompts, temperature,
+                                                                       A.top_k, gen, entropy=True)
     texts = [tok.decode(s) for s in samples.tolist()]
     figures.update(text_statistics(samples.tolist(), texts, known_words))
     natural = text_statistics(reference.tolist(), [tok.decode(s) for s in reference.tolist()], known_words)
     if A.c2st_folds:  # both without the prompt's length: the samples' prompts are natural text
-        natural_texts = [tok.decode(s) for s in reference[:, PROMPT_LEN:].tolist()]
-        sample_texts = [tok.decode(s) for s in samples[:, PROMPT_LEN:].tolist()]
         figures.update(two_sample_test(natural_texts, sample_texts, A.seed, A.c2st_folds),
                        c2st_natural_texts=natural_texts, c2st_sample_texts=sample_texts)  # for the verdict's test
     figures.update({f'natural_{k}': v for k, v in natural.items()})

@@ -89,6 +89,7 @@ grpo_judge_replay = 8
 grpo_judge_unfreeze_layers = 0  # what the online judge trains: 0 its head; k the last k blocks too; -1 all of it
 grpo_judge_warmup_steps = 0  # rollout batches the online judge learns from before the policy moves
 grpo_judge_natural_windows = 0  # natural train windows the online judge also learns from each step
+grpo_referee_samples = 0  # k > 0: the two-sample AUC of k policy samples at each GRPO evaluation (log and curves)
 grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
 grpo_nll_weight = 0.0  # real text in GRPO's loss: this weight times the next-token loss of its prompts' continuations
 trainer_seed = 0  # 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: s + n (repeats)
@@ -308,7 +309,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
               f'--judge_learning_rate={C.grpo_judge_learning_rate}', f'--judge_replay={C.grpo_judge_replay}'] \
         + ([f'--judge_unfreeze_layers={C.grpo_judge_unfreeze_layers}'] if C.grpo_judge_unfreeze_layers else []) \
         + ([f'--judge_warmup_steps={C.grpo_judge_warmup_steps}'] if C.grpo_judge_warmup_steps else []) \
-        + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else [])
+        + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else []) \
+        + ([f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}'] if C.grpo_referee_samples else [])
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
             f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',

@@ -51,6 +51,7 @@ from runtime import (all_reduce_mean, broadcast_stop, global_std, global_sum, lo
                      rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
 from tokenization_manager import TokenizationInfo, TokenizationManager
 from tracking import TRACKING_DEFAULTS, Tracker
+from two_sample import continuation_texts, eval_windows, two_sample_test
 
 # -----------------------------------------------------------------------------
 policy_path = ''  # the generator to improve (also the frozen reference)
@@ -115,6 +116,10 @@ eval_interval = 20  # also how often the resume state is written
 resume = False  # continue an interrupted run from <out stem>_resume.pt when its settings and inputs match
 ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
 num_log_samples = 2
+# the referee over the game: at each evaluation, the two-sample test's AUC (two_sample.py: it reads no model) of this
+# many policy continuations against as many natural val windows, evaluate.py's windows for referee_seed (0: off)
+referee_samples = 0
+referee_seed = 1337
 # system
 backend = 'auto'
 device = 'auto'
@@ -216,14 +221,17 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, epsilon=0.2, epsilo
     return loss, stats
 
 
-def plot_history(history, path):
-    """Reward (mean and std band), KL and clip ratio, and the judge's R² on fresh rollouts over the steps, as a PNG."""
+def plot_history(history, path, referee_start=None):
+    """Reward (mean and std band), KL and clip ratio, and the judge's R² on fresh rollouts over the steps, as a PNG;
+    with the referee on, a fourth panel: the judge's sight and the referee's two-sample AUC over the steps (does the
+    policy fool its judge, and does the referee agree?)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     steps = [h['step'] for h in history]
     reward, std = np.array([h['reward'] for h in history]), np.array([h['reward_std'] for h in history])
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+    referee = [(h['step'], h['referee_auc']) for h in history if 'referee_auc' in h]
+    fig, axes = plt.subplots(1, 4 if referee else 3, figsize=(21 if referee else 16, 4))
     axes[0].plot(steps, reward, label='mean reward P(natural)')
     axes[0].fill_between(steps, reward - std, reward + std, alpha=0.2, label='± std')
     axes[0].set(xlabel='step', title='reward')
@@ -238,6 +246,11 @@ def plot_history(history, path):
     if 'judge_sight' in history[0]:
         axes[2].plot(steps, [h['judge_sight'] for h in history], label='judge sight (AUC, natural vs rollouts)')
     axes[2].set(xlabel='step', title='the judge on samples it has not seen')
+    if referee:
+        axes[3].plot(steps, [h['judge_sight'] for h in history], alpha=0.4, label="judge sight on each step's rollouts")
+        start = [(-1, referee_start)] if referee_start is not None else []
+        axes[3].plot(*zip(*(start + referee)), 'o-', label='referee: two-sample AUC of the policy (↓ closer to natural)')
+        axes[3].set(xlabel='step (-1: before the first)', title='fooling the judge, and the referee', ylim=(0.3, 1.02))
     for ax in axes:
         ax.legend()
     fig.tight_layout()
@@ -333,6 +346,7 @@ def setup(C, rt):
     run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
+    run.referee_windows = eval_windows(run.val, C.referee_samples, run.N, C.referee_seed) if C.referee_samples else None
     run.optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
     run.trained = DDP(policy) if rt.ddp else policy
     run.rng = np.random.default_rng([C.seed, rt.rank])
@@ -370,6 +384,17 @@ def step_flops(run):
     return flops
 
 
+def referee_auc(run):
+    """The two-sample test's AUC of the policy as it stands: referee_samples continuations of the referee's prompts
+    against its natural windows (lower: closer to natural text). Its own sampling draw leaves the run's as it was."""
+    reference, prompts = run.referee_windows
+    gen = torch.Generator(device=run.rt.device).manual_seed(run.C.referee_seed)
+    with torch.no_grad(), run.rt.ctx:
+        natural, samples, _, _ = continuation_texts(run.policy, run.tokenizer, reference, prompts, run.C.temperature,
+                                                    run.C.top_k, gen)
+    return two_sample_test(natural, samples, run.C.referee_seed)['c2st_auc']
+
+
 def val_ppl(run):
     return evaluate_perplexity(run.policy, run.val, run.N, batch_size=32, ctx=run.rt.ctx,
                                max_tokens=run.C.ppl_max_tokens)[1]
@@ -382,6 +407,7 @@ def save(run, step, stop_reason, **final):
                     tokenization=run.policy_ckpt['tokenization'], optimizer=run.optimizer,
                     metrics=dict(history=run.history, stop_reason=stop_reason, val_ppl_start=run.ppl_start,
                                  ppl_tokens=run.ppl_tokens, judge_warmup=run.warmup,
+                                 referee_auc_start=run.referee_start,
                                  flops=run.flops_per_step * len(run.history) + run.judge_flops, **final))
     if C.judge_update_interval:  # loadable wherever a reward model is
         last = run.history[-1]
@@ -586,11 +612,15 @@ def report(run, step, row, batch, stop):
     and a checkpoint (the last step's is the final save)."""
     C = run.C
     row['val_ppl'] = val_ppl(run)
-    run.tracker.log({'val_ppl': row['val_ppl']}, step)
+    if C.referee_samples:
+        row['referee_auc'] = referee_auc(run)
+    run.tracker.log({k: row[k] for k in ('val_ppl', 'referee_auc') if k in row}, step)
     tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
                f"judge on fresh rollouts R2 {row['judge_r2']:.3f} sight {row['judge_sight']:.3f}, "
                f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
-               f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}; time gen/score/update "
+               f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}"
+               + (f", referee two-sample AUC {row['referee_auc']:.3f}" if 'referee_auc' in row else '')
+               + "; time gen/score/update "
                f"{row['time_generation']:.2f}/{row['time_scoring']:.2f}/{row['time_update']:.2f}s")
     for seq in batch.seqs[:C.num_log_samples * C.num_generations:C.num_generations].tolist():
         tqdm.write('  | ' + run.tokenizer.decode(seq)[-120:].replace('\n', '\n  | '))
@@ -608,7 +638,8 @@ def save_state(run, step):
         judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
         replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen),
         judge_rng=run.judge_rng.bit_generator.state, history=run.history,
-        ppl_start=run.ppl_start, judge_flops=run.judge_flops, reward_ma=list(run.reward_ma),
+        ppl_start=run.ppl_start, referee_start=run.referee_start, judge_flops=run.judge_flops,
+        reward_ma=list(run.reward_ma),
         stopper=run.stopper.state_dict(), last_ok_state=run.last_ok_state, last_ok_step=run.last_ok_step))
 
 
@@ -625,6 +656,7 @@ def restore_state(run, state):
         run.replay.extend(tuple(None if t is None else t.to(run.rt.device) for t in r) for r in state['replay'])
     set_rng_states(state['rng'], run.rng, run.gen, run.judge_gen)
     run.history, run.ppl_start, run.judge_flops = state['history'], state['ppl_start'], state['judge_flops']
+    run.referee_start = state['referee_start']
     run.warmup = state['warmup']
     run.judge_rng.bit_generator.state = state['judge_rng']
     run.reward_ma.extend(state['reward_ma'])
@@ -660,6 +692,7 @@ def start(run, state):
     first_step = restore_state(run, state) if state is not None else 0
     if state is None:
         run.ppl_start = val_ppl(run) if run.rt.master else None
+        run.referee_start = referee_auc(run) if C.referee_samples and run.rt.master else None
         judge_warmup(run)
     if run.rt.master:
         os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
@@ -699,7 +732,7 @@ def finish(run, step, batch, s):
           f"{'–' if final_kl is None else format(final_kl, '.4f')}; "
           f"{run.flops_per_step * len(history):.3g} FLOPs")
     total = sum(t.values())
-    plot_history(history, run.plot_path)
+    plot_history(history, run.plot_path, run.referee_start)
     print("time: " + ', '.join(f"{k} {v:.1f}s ({100 * v / total:.0f}%)" for k, v in t.items())
           + f"; saved {C.out_path}, log {run.log_path}, plot {run.plot_path}")
 

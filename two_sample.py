@@ -6,11 +6,38 @@ classifier trained on both.
 """
 
 import numpy as np
+import torch
 
+from configurator import UserError
 from judge import auc
 
 C2ST_FOLDS = 5
 C2ST_BOOTSTRAP = 1000  # resamples of the texts behind an AUC's spread
+PROMPT_LEN = 8  # natural tokens each evaluation sample starts from
+
+
+def eval_windows(val, n, length, seed):
+    """2n distinct non-overlapping val windows of `length` tokens, drawn at random: the first n are the natural
+    reference, the other n give the samples' prompts, so no sample starts from a reference window."""
+    available = len(val) // length
+    if 2 * n > available:
+        raise UserError(f"the val split holds {available} windows of {length} tokens; evaluation needs 2 x {n}: "
+                        f"lower the number of samples to at most {available // 2}")
+    chosen = np.random.default_rng(seed).choice(available, size=2 * n, replace=False) * length
+    windows = np.stack([val[o:o + length] for o in chosen]).astype(np.int64)
+    return torch.from_numpy(windows[:n]), torch.from_numpy(windows[n:])
+
+
+def continuation_texts(model, tokenizer, reference, prompts, temperature, top_k, generator, entropy=False):
+    """The texts the two-sample test compares: the natural reference windows, and the model's continuations of the
+    prompts' first PROMPT_LEN tokens to the same length, both without those first PROMPT_LEN tokens (the samples'
+    prompts are natural text). Also the samples (with their prompts), and the sampler's entropy with entropy=True."""
+    device = next(model.parameters()).device
+    out = model.generate(prompts[:, :PROMPT_LEN].to(device), reference.shape[1] - PROMPT_LEN, temperature, top_k,
+                         generator=generator, entropy=entropy)
+    samples, sample_entropy = out if entropy else (out, None)
+    return ([tokenizer.decode(s) for s in reference[:, PROMPT_LEN:].tolist()],
+            [tokenizer.decode(s) for s in samples[:, PROMPT_LEN:].tolist()], samples, sample_entropy)
 
 
 def tfidf_classifier():

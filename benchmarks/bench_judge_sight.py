@@ -31,11 +31,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from evaluate import PROMPT_LEN, eval_windows  # noqa: E402
 from judge import sight_auc  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
-from two_sample import two_sample_test  # noqa: E402
+from two_sample import continuation_texts, eval_windows, two_sample_test  # noqa: E402
 
 RECIPES = {
     'head': ['--max_iters=1500'],
@@ -82,10 +81,9 @@ def main():
     N = base.config.block_size
     # evaluate.py's draw: the same windows, prompts and generator seed, so the same texts as its two-sample test
     reference, prompts = eval_windows(val, a.num_samples, N, a.seed)
-    samples = base.generate(prompts[:, :PROMPT_LEN], N - PROMPT_LEN, 1.0, None,
-                            generator=torch.Generator().manual_seed(a.seed))
-    c2st = two_sample_test([tok.decode(s) for s in reference[:, PROMPT_LEN:].tolist()],
-                           [tok.decode(s) for s in samples[:, PROMPT_LEN:].tolist()], a.seed)
+    natural_texts, sample_texts, samples, _ = continuation_texts(base, tok, reference, prompts, 1.0, None,
+                                                                 torch.Generator().manual_seed(a.seed))
+    c2st = two_sample_test(natural_texts, sample_texts, a.seed)
     print(f"base v1 of {a.run}, T = 1.0, {a.num_samples} natural windows against {a.num_samples} samples; two-sample "
           f"test (TF-IDF logistic regression) AUC {c2st['c2st_auc']:.3f} ± {c2st['c2st_auc_sd']:.3f} (5 folds)")
     rows = []

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_script
-from evaluate import distinct_n, eval_windows, repetition_rate, text_statistics, unknown_word_rate, words_of
+from evaluate import distinct_n, repetition_rate, text_statistics, unknown_word_rate, words_of
 from model import load_checkpoint
+from two_sample import eval_windows
 from verdict import compare, matched_temperature, perplexity_effect
 
 

@@ -292,7 +292,7 @@ def test_an_online_judge_that_trains_its_trunk_learns_its_own_features(judge_cas
     d = judge_case
     h = grpo_judge_run(d, 'trunk.pt', '--judge_update_interval=1', '--judge_steps=8', '--judge_learning_rate=3e-3',
                        '--judge_batch_size=32', '--judge_unfreeze_layers=-1', '--judge_warmup_steps=6',
-                       '--judge_natural_windows=8', '--max_steps=12')
+                       '--judge_natural_windows=8', '--max_steps=12', '--referee_samples=16')
     metrics = load_checkpoint(str(d / 'trunk.pt'))['metrics']
     warmup = metrics['judge_warmup']
     assert [w['step'] for w in warmup] == list(range(6)) and warmup[0]['judge_sight'] == 0.5  # blind at the start
@@ -301,6 +301,9 @@ def test_an_online_judge_that_trains_its_trunk_learns_its_own_features(judge_cas
     assert trunk_signature(judge['model']) != trunk_signature(blind['model'])
     assert judge['config']['online_unfreeze_layers'] == -1
     assert all(0 <= x['reward_within_group_share'] <= 1 for x in h)
+    # the referee over the game: the two-sample AUC before the first step and at each evaluation (here the last)
+    assert 0 <= metrics['referee_auc_start'] <= 1 and 0 <= h[-1]['referee_auc'] <= 1
+    assert all('referee_auc' not in x for x in h[:-1]) and (d / 'trunk_curves.png').read_bytes()[:4] == b'\x89PNG'
     r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
                    '--judge_unfreeze_layers=-1', f'--out_path={d / "x.pt"}')
     assert r.returncode == 2 and 'judge_update_interval' in r.stderr and 'Traceback' not in r.stderr
