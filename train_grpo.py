@@ -98,7 +98,9 @@ judge_replay = 8  # earlier steps' rollouts replayed beside the latest, so the j
 # what the online judge trains (train_reward_model.py's unfreeze_layers): 0 its head on the frozen trunk's features;
 # k its last k blocks too; -1 the whole network, its own features (GAD). Always the judge's own copy, never the policy
 judge_unfreeze_layers = 0
-judge_loss = ''  # '' keeps the loss the judge was trained with; or 'mse', 'ce', 'pairwise' (Bradley-Terry)
+# '' keeps the loss the judge was trained with; or 'mse', 'ce', 'pairwise' (Bradley-Terry), or 'binary': cross-entropy
+# of whole rollouts as synthetic against natural windows as natural (needs judge_natural_windows; the probe's judges)
+judge_loss = ''
 judge_warmup_steps = 0  # rollout batches the online judge learns from before the policy's first step
 # natural windows from the train split that the online judge also learns from each step, labelled natural at every
 # position (pointwise losses): without them every late position it sees is generated, and position alone fits the
@@ -253,6 +255,8 @@ def plot_history(history, path, referee_start=None):
         axes[3].set(xlabel='step (-1: before the first)', title='fooling the judge, and the referee', ylim=(0.3, 1.02))
     for ax in axes:
         ax.legend()
+    if referee:  # between the sight (about 0.5) and the referee's AUC (about 0.9): the empty band
+        axes[3].legend(loc='center right', fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -302,10 +306,12 @@ def check_config(C):
     if C.judge_natural_windows and (not C.judge_update_interval or C.judge_loss == 'pairwise'):
         raise UserError("judge_natural_windows feeds the online judge's pointwise loss: pass it with "
                         "--judge_update_interval=1 (or k) and a judge_loss other than pairwise")
-    if C.judge_natural_windows < 0 or C.judge_loss not in ('', 'mse', 'ce', 'pairwise') or C.judge_warmup_steps < 0 \
-            or C.judge_unfreeze_layers < -1:
-        raise UserError("judge_loss must be '', mse, ce or pairwise, judge_natural_windows and judge_warmup_steps "
-                        ">= 0 and judge_unfreeze_layers >= -1")
+    if C.judge_loss == 'binary' and not C.judge_natural_windows:
+        raise UserError("judge_loss=binary learns natural windows against rollouts: pass --judge_natural_windows=M")
+    if C.judge_natural_windows < 0 or C.judge_loss not in ('', 'mse', 'ce', 'pairwise', 'binary') \
+            or C.judge_warmup_steps < 0 or C.judge_unfreeze_layers < -1:
+        raise UserError("judge_loss must be '', mse, ce, pairwise or binary, judge_natural_windows and "
+                        "judge_warmup_steps >= 0 and judge_unfreeze_layers >= -1")
 
 
 def arm_steps(path):
@@ -538,6 +544,8 @@ def update_judge(run, batch, s, step):
     if not C.judge_update_interval:
         return None
     labels = torch.stack([s.natural_share, 1 - s.natural_share], dim=1)
+    if run.judge_loss_kind == 'binary':  # a whole rollout is synthetic, its prompt included
+        labels = torch.stack([torch.zeros_like(s.natural_share), torch.ones_like(s.natural_share)], dim=1)
     if run.judge_trunk:
         natural = batch.real.repeat_interleave(C.num_generations, 0) if run.judge_loss_kind == 'pairwise' else None
         entry = [batch.seqs, labels, natural]

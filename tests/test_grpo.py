@@ -313,6 +313,20 @@ def test_an_online_judge_that_trains_its_trunk_learns_its_own_features(judge_cas
     assert r.returncode == 2 and 'pairwise' in r.stderr and 'Traceback' not in r.stderr
 
 
+def test_a_binary_online_judge_learns_whole_rollouts_against_natural_windows(judge_case):
+    """--judge_loss=binary: whole rollouts are synthetic, natural train windows natural (the offline probe's judges,
+    online). On the tests' learnable case its sight on unseen rollouts rises; without natural windows it is a
+    one-line error."""
+    d = judge_case
+    h = grpo_judge_run(d, 'binary.pt', '--judge_update_interval=1', '--judge_steps=8', '--judge_learning_rate=1e-2',
+                       '--judge_batch_size=32', '--judge_loss=binary', '--judge_natural_windows=16', '--max_steps=15')
+    assert h[0]['judge_sight'] == 0.5 and np.mean([x['judge_sight'] for x in h[-5:]]) > 0.8, [x['judge_sight'] for x in h]
+    assert load_checkpoint(str(d / 'binary_judge.pt'))['config']['loss'] == 'binary'
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
+                   '--judge_update_interval=1', '--judge_loss=binary', f'--out_path={d / "x.pt"}')
+    assert r.returncode == 2 and 'judge_natural_windows' in r.stderr and 'Traceback' not in r.stderr
+
+
 def test_within_group_share_of_the_reward_spread():
     from train_grpo import within_group_share
     assert within_group_share(torch.tensor([0.1, 0.9, 0.1, 0.9]), 2) == pytest.approx(1.0)  # all within groups
