@@ -310,7 +310,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--judge_unfreeze_layers={C.grpo_judge_unfreeze_layers}'] if C.grpo_judge_unfreeze_layers else []) \
         + ([f'--judge_warmup_steps={C.grpo_judge_warmup_steps}'] if C.grpo_judge_warmup_steps else []) \
         + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else []) \
-        + ([f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}'] if C.grpo_referee_samples else [])
+        + ([f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}']
+           if C.grpo_referee_samples else [])
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
             f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
@@ -605,8 +606,9 @@ def verdict_lines(c):
                 f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
     labels = '; '.join(
         f"against {CONTROL_NAMES[k]}: boundary error **{x['boundary_error']}**, two-sample test "
-        f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, perplexity **{x['perplexity']}**"
-        f"{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}" for k, x in vd.items())
+        f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, "
+        f"perplexity **{x['perplexity']}**{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}"
+        for k, x in vd.items())
     return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`; {mle}; matched temperature "
             f"T* = {m['temperature']:.3f}{where}): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else

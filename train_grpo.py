@@ -251,7 +251,8 @@ def plot_history(history, path, referee_start=None):
     if referee:
         axes[3].plot(steps, [h['judge_sight'] for h in history], alpha=0.4, label="judge sight on each step's rollouts")
         start = [(-1, referee_start)] if referee_start is not None else []
-        axes[3].plot(*zip(*(start + referee)), 'o-', label='referee: two-sample AUC of the policy (↓ closer to natural)')
+        axes[3].plot(*zip(*(start + referee)), 'o-',
+                     label='referee: two-sample AUC of the policy (↓ closer to natural)')
         axes[3].set(xlabel='step (-1: before the first)', title='fooling the judge, and the referee', ylim=(0.3, 1.02))
     for ax in axes:
         ax.legend()
@@ -347,8 +348,8 @@ def setup(C, rt):
                                           weight_decay=0.0)
         run.judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
     run.judge_rng = np.random.default_rng([C.seed, rt.rank, 7])  # its natural windows: the prompts' draw stays put
-    run.judge_fn = ((lambda x: reward_model.reward_head(reward_model.reward_features(x))) if run.judge_trunk
-                    else reward_model.reward_head)
+    # the whole judge's raw output (per position for a token judge), or its head on cached features
+    run.judge_fn = (lambda x: reward_model(x, per_token=True)[0]) if run.judge_trunk else reward_model.reward_head
     run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
@@ -445,10 +446,10 @@ def rollouts(run):
                            real_mask=completion_mask(torch.from_numpy(lengths).to(rt.device), run.N))
 
 
-def score(run, batch):
+def score(run, batch, reference=True):
     """The judge's rewards for the rollouts, and its figures on them, which it has not seen yet: a rollout is a
-    crossover sample with K = its prompt length. Also the reference's log-probs. A token judge rewards the
-    completion's own positions; a pooled judge's one figure is the reward."""
+    crossover sample with K = its prompt length. Also the reference's log-probs (unless reference=False). A token
+    judge rewards the completion's own positions; a pooled judge's one figure is the reward."""
     C, rt = run.C, run.rt
     with torch.no_grad(), rt.ctx:
         feats = run.reward_model.reward_features(batch.seqs)
@@ -470,7 +471,7 @@ def score(run, batch):
         s.real_feats = real_feats.repeat_interleave(C.num_generations, 0)
         s.pair_acc = pair_accuracy(real_probs.repeat_interleave(C.num_generations, 0), probs)
     s.sight = judge_sight(run, batch, real_probs, probs[..., 0])
-    if run.reference is not None:
+    if reference and run.reference is not None:
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
     return s
@@ -684,7 +685,7 @@ def judge_warmup(run):
     for w in tqdm(range(C.judge_warmup_steps), desc='judge warm-up', disable=not rt.master, dynamic_ncols=True,
                   leave=False):
         batch = rollouts(run)
-        s = score(run, batch)
+        s = score(run, batch, reference=False)  # no policy update: the reference's log-probs go unused
         loss = update_judge(run, batch, s, w)
         run.judge_flops += rows * run.N * (run.policy.flops_per_token() + run.reward_model.flops_per_token())
         run.warmup.append(dict(step=w, judge_sight=all_reduce_mean(s.sight, rt), judge_loss=loss,

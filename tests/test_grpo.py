@@ -320,7 +320,8 @@ def test_a_binary_online_judge_learns_whole_rollouts_against_natural_windows(jud
     d = judge_case
     h = grpo_judge_run(d, 'binary.pt', '--judge_update_interval=1', '--judge_steps=8', '--judge_learning_rate=1e-2',
                        '--judge_batch_size=32', '--judge_loss=binary', '--judge_natural_windows=16', '--max_steps=15')
-    assert h[0]['judge_sight'] == 0.5 and np.mean([x['judge_sight'] for x in h[-5:]]) > 0.8, [x['judge_sight'] for x in h]
+    sight = [x['judge_sight'] for x in h]
+    assert sight[0] == 0.5 and np.mean(sight[-5:]) > 0.8, sight
     assert load_checkpoint(str(d / 'binary_judge.pt'))['config']['loss'] == 'binary'
     r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
                    '--judge_update_interval=1', '--judge_loss=binary', f'--out_path={d / "x.pt"}')
