@@ -1,7 +1,9 @@
 """
 Build the reward model's data: natural token blocks of length N (drawn from the whole split) whose tail, from a crossover K ~ U[1, N-1], is
 rewritten by the base model. Label [K/N, (N-K)/N] = [share natural, share synthetic]. Train samples come only from
-the train split, val samples only from the val split.
+the train split, val samples only from the val split. --crossover_k 8 fixes K: every sample is an 8-token natural
+prompt and the model's continuation, as the two-sample test's samples are (with samples_per_chunk 1 and
+train_reward_model.py's loss='binary', a whole-window judge: each sample against its natural block).
 
   python prepare_reward_data.py --model_path out-shakespeare-char/ckpt.pt --input_mode binary \
       --train_bin data/shakespeare_char/train.bin --val_bin data/shakespeare_char/val.bin
@@ -52,14 +54,16 @@ def parse_args(argv):
     p.add_argument('--seed', type=int, default=d.seed)
     p.add_argument('--block_size', type=int, default=d.block_size, help="N (default: the model's block size)")
     p.add_argument('--batch_size', type=int, default=d.batch_size, help="sequences generated together")
+    p.add_argument('--crossover_k', type=int, default=d.crossover_k, help="0: K ~ U[1, N-1] per sample; k: every sample keeps the first k natural tokens (whole-window judges: 8, the two-sample test's prompt)")
     p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split, drawn at random from all of it (default: every block)")
     return RewardDataConfig(**vars(p.parse_args(argv)))
 
 
-def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng):
+def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng, crossover_k=0):
     """
     Blocks (n_blocks, N), their token offsets in the split (n_blocks,), and a crossover K in [1, N-1] per sample
-    (n_blocks, spc). The split is cut into consecutive non-overlapping blocks; with max_blocks below their number,
+    (n_blocks, spc): drawn uniformly, or crossover_k for every sample when it is set. The split is cut into
+    consecutive non-overlapping blocks; with max_blocks below their number,
     max_blocks of them are drawn uniformly without replacement (kept in split order), so the data spans the whole
     split instead of its first pages.
     """
@@ -69,6 +73,8 @@ def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng):
         chosen = np.sort(rng.choice(n_total, size=max_blocks, replace=False))
     blocks = np.asarray(tokens[:n_total * N]).reshape(n_total, N)[chosen]
     K = rng.integers(1, N, size=(len(chosen), samples_per_chunk))
+    if crossover_k:  # drawn all the same, so the blocks chosen do not depend on it
+        K[:] = crossover_k
     return blocks, chosen * N, K
 
 
@@ -164,11 +170,11 @@ def main(argv):
     meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size,
                        meta_path=tok_info.meta_path, model_path=os.path.abspath(cfg.model_path),
                        temperature=cfg.temperature, top_k=cfg.top_k, samples_per_chunk=cfg.samples_per_chunk,
-                       seed=cfg.seed, format_version=FORMAT_VERSION)
+                       seed=cfg.seed, crossover_k=cfg.crossover_k or 'uniform', format_version=FORMAT_VERSION)
     summary, t0 = [], time.time()
     for split_idx, (split, tokens) in enumerate((('train', train), ('val', val))):
         rng = np.random.default_rng([cfg.seed, split_idx])
-        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng)
+        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng, cfg.crossover_k)
         t_split = time.time()
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
                            cfg.seed * 2 + split_idx, rt, f"{split} ({len(blocks)} blocks)")

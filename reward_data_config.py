@@ -32,6 +32,7 @@ class RewardDataConfig:
     block_size: Optional[int] = None  # default: the model's
     batch_size: int = 512  # sequences generated together
     max_blocks: Optional[int] = None  # at most this many blocks per split (default all)
+    crossover_k: int = 0  # 0: K ~ U[1, N-1] per sample; k > 0: every sample keeps its block's first k tokens
 
     def data_dir(self):
         """Where meta.pkl would sit next to the input data."""
@@ -95,6 +96,12 @@ class RewardDataConfig:
             bad(f"--batch_size must be >= 1, got {self.batch_size}", "use e.g. --batch_size 512")
         if self.max_blocks is not None and self.max_blocks < 1:
             bad(f"--max_blocks must be >= 1, got {self.max_blocks}", "leave it out to use every block")
+        if self.crossover_k < 0:
+            bad(f"--crossover_k must be >= 0, got {self.crossover_k}", "leave it out (0) to draw K ~ U[1, N-1]")
+        N = self.block_size or (ckpt['model_args']['block_size'] if ckpt is not None else None)
+        if N is not None and self.crossover_k >= N:
+            bad(f"--crossover_k must be below the block size {N}, got {self.crossover_k}",
+                "use e.g. --crossover_k 8 (the two-sample test's prompt length)")
         if ckpt is not None and self.block_size is not None:
             model_bs = ckpt['model_args']['block_size']
             if not 2 <= self.block_size <= model_bs:

@@ -70,7 +70,10 @@ reward_unfreeze_layers = 0  # the seed's recipe freezes the trunk; see docs/rewa
 reward_learning_rate = 1e-3
 reward_batch_size = 64
 reward_eval_interval = 100
-reward_loss = 'mse'  # 'pairwise': a relative judge, natural block vs its crossover sample (Bradley-Terry)
+reward_loss = 'mse'  # 'pairwise': a relative judge, natural block vs its crossover sample (Bradley-Terry); 'binary':
+# each sample and its natural block, pointwise (whole-window judges, with reward_crossover_k)
+reward_crossover_k = 0  # 0: K ~ U[1, N-1]; k: every sample keeps k natural tokens (8: the two-sample test's prompts)
+reward_max_epochs = 0  # the judge also stops after this many passes over its data (0: max_iters alone)
 reward_trunk_path = ''  # '' = each cycle's base; or a generator checkpoint (same tokenization) whose trunk the judge reads
 # GRPO
 grpo_max_steps = 60
@@ -383,7 +386,8 @@ def main(argv):
                      f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
                      f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
                      f'--eval_interval={C.reward_eval_interval}'] \
-        + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else [])  # the seed's judge keeps its manifests
+        + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else []) \
+        + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge keeps its manifests
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
                   f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
                   '--beta2=0.99', '--eval_iters=20',
@@ -447,11 +451,13 @@ def main(argv):
                              os.path.splitext(partials[0])[0] + '_log.jsonl', partials[1]))
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log')
         else:
-            if C.reward_loss == 'pairwise' and os.path.isdir(rd) and not os.path.isfile(f'{rd}/val_natural.bin'):
+            if C.reward_loss in ('pairwise', 'binary') and os.path.isdir(rd) and \
+                    not os.path.isfile(f'{rd}/val_natural.bin'):
                 shutil.rmtree(rd)  # written before reward data kept each sample's natural block: rebuilt with them
             script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
                          reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
-                                         C.seed + n, C.device, C.sample_temperature, C.sample_top_k),
+                                         C.seed + n, C.device, C.sample_temperature, C.sample_top_k)
+                         + (['--crossover_k', str(C.reward_crossover_k)] if C.reward_crossover_k else []),
                          f'reward_data_v{n}.log')
             trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
             script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],

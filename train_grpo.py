@@ -339,6 +339,9 @@ def setup(C, rt):
     run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.judge_loss_kind = C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
+    if run.judge_loss_kind == 'binary' and C.judge_update_interval and not C.judge_natural_windows:
+        raise UserError(f"{C.reward_model_path} was trained with loss=binary: online, it needs natural windows "
+                        f"beside the rollouts: pass --judge_natural_windows=M (or another --judge_loss)")
     run.judge_opt, run.judge_gen, run.replay = None, None, deque(maxlen=C.judge_replay + 1)
     run.judge_trunk = C.judge_unfreeze_layers != 0  # it learns from token ids, not from cached features
     if C.judge_update_interval:

@@ -6,6 +6,9 @@ position: trained on per-position labels (position t is natural iff t < K), its 
 over positions, so its figures compare with the other judges' one for one. loss='pairwise' trains a relative judge
 (GAD, TextGAIL): for each crossover sample and the natural block it was cut from (one prefix, the generated and the
 corpus' own continuation), the Bradley-Terry loss -log sigma(D(natural) - D(sample)), D = log P(natural)/P(synthetic).
+loss='binary' trains a whole-window judge on the same pairs: cross-entropy of each sample against its label and of
+its natural block against [1, 0] (with prepare_reward_data.py --crossover_k 8: natural windows against the model's
+continuations of 8-token prompts, the texts judge sight is measured on).
 
   python train_reward_model.py [config/train_reward_*.py] --model_path=BASE.pt --data_dir=REWARD_DATA --out_path=RM.pt
 
@@ -42,7 +45,8 @@ init_from = 'base'  # 'base' (fresh head on model_path's trunk), 'random' (model
 reward_head_hidden_dim = 256
 reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design), 'mean' over positions, 'token'
 unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f; -1: everything
-loss = 'mse'  # 'mse', 'ce' (cross-entropy against the soft label) or 'pairwise' (Bradley-Terry, natural vs sample)
+loss = 'mse'  # 'mse', 'ce' (cross-entropy against the soft label), 'pairwise' (Bradley-Terry, natural vs sample) or
+# 'binary' (cross-entropy of each sample against its label and of its natural block against [1, 0]: whole windows)
 batch_size = 64
 learning_rate = 1e-3
 weight_decay = 0.0
@@ -65,8 +69,8 @@ DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, t
 
 
 def check_config(C):
-    if C.loss not in ('mse', 'ce', 'pairwise'):
-        raise UserError(f"loss must be 'mse', 'ce' or 'pairwise', got {C.loss!r}")
+    if C.loss not in ('mse', 'ce', 'pairwise', 'binary'):
+        raise UserError(f"loss must be 'mse', 'ce', 'pairwise' or 'binary', got {C.loss!r}")
     if C.init_from not in ('base', 'random', 'resume'):
         raise UserError(f"init_from must be 'base', 'random' or 'resume', got {C.init_from!r}")
     if C.init_from != 'resume' and not C.model_path:
@@ -86,9 +90,9 @@ def load_judge(C, rt):
     train_ds = RewardDataset(C.data_dir, 'train', tokenization or None)
     val_ds = RewardDataset(C.data_dir, 'val', tokenization or None)
     N = train_ds.block_size
-    pairwise = C.loss == 'pairwise'
+    pairwise = C.loss in ('pairwise', 'binary')
     if pairwise and train_ds.natural is None:
-        raise UserError(f"loss='pairwise' needs each sample's natural block, which {C.data_dir} (format "
+        raise UserError(f"loss={C.loss!r} needs each sample's natural block, which {C.data_dir} (format "
                         f"{train_ds.metadata.get('format_version', '1')}) lacks: re-create it with "
                         f"prepare_reward_data.py")
     if N > src['model_args']['block_size']:
@@ -159,7 +163,7 @@ def main(argv):
     check_config(C)
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     src, tokenization, train_ds, val_ds, model = load_judge(C, rt)
-    N, pairwise = train_ds.block_size, C.loss == 'pairwise'
+    N, pairwise = train_ds.block_size, C.loss in ('pairwise', 'binary')  # pairs: each sample and its natural block
     trunk_before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
     cached = C.unfreeze_layers == 0 and C.use_feature_cache
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
@@ -199,7 +203,10 @@ def main(argv):
         return out[:len(rows)], (out[len(rows):] if pairs else None), y
 
     def loss_of(probs, natural_probs, y):
-        return pairwise_loss(natural_probs, probs) if pairwise else judge_loss(probs, y, C.loss)
+        if C.loss == 'binary':  # the natural blocks are samples too, every position natural
+            return judge_loss(torch.cat([probs, natural_probs]), torch.cat([y, y.new_tensor([[1.0, 0.0]]).expand_as(y)]),
+                              'ce')
+        return pairwise_loss(natural_probs, probs) if C.loss == 'pairwise' else judge_loss(probs, y, C.loss)
 
     @torch.no_grad()
     def evaluate(rows):
@@ -237,8 +244,8 @@ def main(argv):
 
     gen = torch.Generator().manual_seed(C.seed + rt.rank)
     steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
-    bar = tqdm(total=C.max_iters, initial=iter_num, desc='reward head', disable=not rt.master, dynamic_ncols=True,
-               mininterval=2.0)
+    bar = tqdm(total=min(C.max_iters, C.max_epochs * steps_per_epoch or C.max_iters), initial=iter_num,
+               desc='reward head', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
     train_mode = C.unfreeze_layers != 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
     model.train(train_mode)
     epoch, step, last_loss = -1, steps_per_epoch, None

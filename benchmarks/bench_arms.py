@@ -43,6 +43,13 @@ SEED_DESIGN = ['--trainer=grpo', '--reward_pooling=mean', '--reward_loss=mse', '
                '--grpo_token_advantages=False', '--grpo_nll_weight=0.0']
 
 
+# the judge that sees most on CPU (docs/judges.md): natural windows against the base's continuations of 8-token
+# prompts, every weight of the base's network trained as a mean-pooled binary judge, frozen during GRPO
+WINDOW_JUDGE = ['--reward_crossover_k=8', '--reward_samples_per_chunk=1', '--reward_max_blocks=10000',
+                '--reward_loss=binary', '--reward_unfreeze_layers=-1', '--reward_learning_rate=3e-4',
+                '--reward_max_epochs=5', '--reward_max_iters=100000']
+
+
 def arms(run):
     """Arm -> (its label, its run_cycles.py overrides on top of the default config and SEED_DESIGN)."""
     online_token = ['--grpo_judge_update_interval=1', '--reward_pooling=token']
@@ -58,6 +65,9 @@ def arms(run):
         'spin': ('SPIN', spin),
         'spin_nll': ('SPIN + NLL weight 1', spin + ['--spin_nll_weight=1.0']),
         'real': ('online token-level + real text (NLL weight 1)', online_token + ['--grpo_nll_weight=1.0']),
+        'window': ('whole-window judge (every weight trained, 10k windows x 5 epochs) + real text', WINDOW_JUDGE
+                   + ['--grpo_nll_weight=1.0']),
+        'window_pure': ('whole-window judge, no real text', WINDOW_JUDGE),
     }
 
 
@@ -162,8 +172,10 @@ def plot_arms(results, run, outs, png):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--run', default='runs/cycles_shakespeare_char', help="a finished default run")
-    p.add_argument('--config', default=os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py'))
+    p.add_argument('--run', default='runs/cycles_shakespeare_char', help="a finished default run ('': the first "
+                   "arm builds its own base v1 and controls, which its seeds and the later arms then share)")
+    p.add_argument('--config', default=os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py'),
+                   help="run_cycles.py config file(s), comma-separated (later ones overlay earlier ones)")
     p.add_argument('--out', default='runs/bench_arms')
     p.add_argument('--seeds', default='0', help="comma-separated trainer seeds per arm (0: the cycle's own); the "
                    "base, its judge data and the controls stay shared")
@@ -171,7 +183,7 @@ def main():
     p.add_argument('--arms', default='', help="comma-separated arms, of: " + ', '.join(arms('')) + " (default: all)")
     p.add_argument('--png', default='', help="the quality-diversity plane (default: OUT/arms_quality_diversity.png)")
     a = p.parse_args()
-    run = os.path.abspath(a.run)
+    run = os.path.abspath(a.run) if a.run else ''
     table = arms(run)
     chosen = a.arms.split(',') if a.arms else list(table)
     unknown = sorted(set(chosen) - set(table))
@@ -184,10 +196,11 @@ def main():
             out = os.path.join(a.out, arm + (f'_seed{seed}' if seed else ''))
             if not os.path.exists(out):  # a repeat starts from the arm's first run: its judge and controls stay
                 first = os.path.join(a.out, arm)
-                shutil.copytree(first if seed and os.path.exists(first) else run, out)
+                source = first if seed and os.path.exists(first) else run or (outs[0] if outs else '')
+                shutil.copytree(source, out) if source else os.makedirs(out)
             t0 = time.time()
-            subprocess.run([sys.executable, os.path.join(ROOT, 'run_cycles.py'), a.config, f'--out_dir={out}',
-                            f'--num_cycles={a.cycles}', *SEED_DESIGN, *overrides]
+            subprocess.run([sys.executable, os.path.join(ROOT, 'run_cycles.py'), *a.config.split(','),
+                            f'--out_dir={out}', f'--num_cycles={a.cycles}', *SEED_DESIGN, *overrides]
                            + ([f'--trainer_seed={seed}'] if seed else []), check=True)
             outs.append(out)
             for n in range(1, a.cycles + 1):
@@ -207,7 +220,7 @@ def main():
     print('|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(summary_rows(results)))
     png = a.png or os.path.join(a.out, 'arms_quality_diversity.png')
-    plot_arms(results, run, outs, png)
+    plot_arms(results, run or outs[0], outs, png)
     print(f"\nquality-diversity plane: {png}")
 
 

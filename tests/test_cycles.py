@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -314,3 +315,20 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     assert {'base_v1', 'spin_v1', 'spin_v2', 'mle_v2', 'mle_v3'} <= set(os.listdir(out / 'tensorboard'))
     assert {'loss', 'margin', 'heldout_margin'} <= set(tensorboard_scalars(str(out / 'tensorboard' / 'spin_v2')))
     assert 'val_loss' in tensorboard_scalars(str(out / 'tensorboard' / 'base_v1'))
+
+
+def test_whole_window_judge_knobs_reach_the_judge_stages(cycle_run, char_data, tmp_path):
+    """reward_crossover_k, reward_loss=binary and reward_max_epochs rebuild the judge's data and model (base v1 and
+    its evaluation are kept): every sample keeps k natural tokens, the judge trains on the pairs for that many
+    passes."""
+    from reward_dataset_loader import RewardDataset
+    out = tmp_path / 'run'
+    shutil.copytree(cycle_run[0], out)
+    stdout = cycles(out, char_data, '--num_cycles=1', '--controls=False', '--reward_crossover_k=4',
+                    '--reward_loss=binary', '--reward_max_epochs=1')
+    assert stages_run(stdout)[:3] == ['cycle 1: reward data', 'cycle 1: reward model', 'cycle 1: GRPO -> base v2']
+    ds = RewardDataset(str(out / 'reward_data_v1'), 'train')
+    assert np.allclose(ds.y, [[4 / 32, 28 / 32]]) and np.array_equal(ds.x[:, :4], ds.natural_of(range(len(ds)))[:, :4])
+    rm = load_checkpoint(str(out / 'reward_model_v1.pt'))
+    assert rm['config']['loss'] == 'binary' and rm['config']['max_epochs'] == 1
+    assert_consistent(out)

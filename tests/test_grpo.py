@@ -326,6 +326,11 @@ def test_a_binary_online_judge_learns_whole_rollouts_against_natural_windows(jud
     r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
                    '--judge_update_interval=1', '--judge_loss=binary', f'--out_path={d / "x.pt"}')
     assert r.returncode == 2 and 'judge_natural_windows' in r.stderr and 'Traceback' not in r.stderr
+    # a judge trained with loss=binary (offline, or this one) keeps that loss online: it too needs natural windows
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}',
+                   f'--reward_model_path={d / "binary_judge.pt"}', '--judge_update_interval=1',
+                   f'--out_path={d / "x.pt"}', '--device=cpu')
+    assert r.returncode == 2 and 'trained with loss=binary' in r.stderr and 'Traceback' not in r.stderr
 
 
 def test_within_group_share_of_the_reward_spread():

@@ -207,13 +207,21 @@ def test_pairwise_loss_matches_hand_computation():
     assert pairwise_loss(token, sample).item() == pytest.approx(by_hand, rel=1e-5)
 
 
-def test_pairwise_judge_learns_to_rank_natural_text_first(tmp_path, char_ckpt, char_data):
-    """A generator trained 2 steps writes nearly uniform characters; paired with the natural block each sample was
-    cut from, a blind judge ranks them at chance (0.5) and a pairwise judge trained on the train split ranks the
-    natural block first on nearly every held-out pair. A dataset without natural blocks is a one-line error."""
-    from conftest import prepare_reward, train_tiny
-    train_tiny(char_data, str(tmp_path / 'gen'), '--max_iters=2', '--eval_interval=1')
-    prepare_reward(str(tmp_path / 'gen' / 'ckpt.pt'), tmp_path / 'rd', '--max_blocks', '40', data=char_data)
+@pytest.fixture(scope='module')
+def noise_gen(tmp_path_factory, char_data):
+    """A generator trained 2 steps: it writes nearly uniform characters."""
+    from conftest import train_tiny
+    out = tmp_path_factory.mktemp('gen')
+    train_tiny(char_data, str(out), '--max_iters=2', '--eval_interval=1')
+    return str(out / 'ckpt.pt')
+
+
+def test_pairwise_judge_learns_to_rank_natural_text_first(tmp_path, char_ckpt, char_data, noise_gen):
+    """Paired with the natural block each of a noise generator's samples was cut from, a blind judge ranks them at
+    chance (0.5) and a pairwise judge trained on the train split ranks the natural block first on nearly every
+    held-out pair. A dataset without natural blocks is a one-line error."""
+    from conftest import prepare_reward
+    prepare_reward(noise_gen, tmp_path / 'rd', '--max_blocks', '40', data=char_data)
     blind = train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'blind.pt', '--max_iters=0', '--loss=pairwise')
     assert 'pair accuracy 0.500' in blind.stdout
     train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'pw.pt', '--max_iters=200', '--loss=pairwise',
@@ -225,3 +233,25 @@ def test_pairwise_judge_learns_to_rank_natural_text_first(tmp_path, char_ckpt, c
     r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={tmp_path / "rd"}',
                    f'--out_path={tmp_path / "x.pt"}', '--device=cpu', '--loss=pairwise')
     assert r.returncode == 2 and 'natural block' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_whole_window_judge_learns_natural_windows_from_continuations(tmp_path, char_ckpt, char_data, noise_gen):
+    """--crossover_k 4: every sample keeps its block's first 4 tokens and the generator writes the rest; loss=binary
+    trains on each sample and its natural block (label [1, 0]) and tells held-out pairs apart. A crossover_k beyond
+    the block is a one-line error before any work."""
+    from conftest import prepare_reward
+    from reward_dataset_loader import RewardDataset
+    prepare_reward(noise_gen, tmp_path / 'rd', '--max_blocks', '40', '--samples_per_chunk', '1', '--crossover_k', '4',
+                   data=char_data)
+    ds = RewardDataset(str(tmp_path / 'rd'), 'train')
+    assert np.allclose(ds.y, [[4 / 32, 28 / 32]])
+    assert np.array_equal(ds.x[:, :4], ds.natural[:, :4]) and (ds.x[:, 4:] != ds.natural[:, 4:]).mean() > 0.5
+    train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'w.pt', '--max_iters=150', '--loss=binary',
+             '--learning_rate=3e-3', '--reward_pooling=token')
+    m = load_checkpoint(str(tmp_path / 'w.pt'))
+    assert m['metrics']['pair_accuracy'] > 0.9 and m['config']['loss'] == 'binary'
+    r = run_script('prepare_reward_data.py', '--model_path', noise_gen, '--input_mode', 'binary', '--train_bin',
+                   f'{char_data}/train.bin', '--val_bin', f'{char_data}/val.bin', '--output_dir', str(tmp_path / 'x'),
+                   '--crossover_k', '32')
+    assert r.returncode == 2 and '--crossover_k must be below the block size 32' in r.stderr
+    assert 'Traceback' not in r.stderr and not (tmp_path / 'x').exists()
