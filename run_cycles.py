@@ -312,9 +312,9 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
               f'--judge_learning_rate={C.grpo_judge_learning_rate}', f'--judge_replay={C.grpo_judge_replay}'] \
         + ([f'--judge_unfreeze_layers={C.grpo_judge_unfreeze_layers}'] if C.grpo_judge_unfreeze_layers else []) \
         + ([f'--judge_warmup_steps={C.grpo_judge_warmup_steps}'] if C.grpo_judge_warmup_steps else []) \
-        + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else []) \
-        + ([f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}']
-           if C.grpo_referee_samples else [])
+        + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else [])
+    referee = [f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}'] \
+        if C.grpo_referee_samples else []  # the referee over the game reads a frozen judge's game too
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
             f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
@@ -322,7 +322,7 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
             f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={scale_rewards or C.grpo_scale_rewards}',
             f'--max_kl={C.grpo_max_kl}', f'--temperature={C.sample_temperature}', f'--top_k={C.sample_top_k}',
             f'--eval_interval={C.grpo_eval_interval}', '--ppl_max_tokens=50000', f'--device={C.device}',
-            f'--seed={seed}', '--resume=True'] + (online if C.grpo_judge_update_interval else []) \
+            f'--seed={seed}', '--resume=True'] + (online if C.grpo_judge_update_interval else []) + referee \
         + (['--token_advantages=True'] if C.grpo_token_advantages else []) \
         + ([f'--nll_weight={C.grpo_nll_weight}'] if C.grpo_nll_weight else []) \
         + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])

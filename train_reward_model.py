@@ -138,6 +138,8 @@ def resume_from(src, optimizer, stopper):
 
 
 def figures_line(iter_num, val_loss, m):
+    if m['baseline_mse'] == 0 and 'pair_accuracy' in m:  # one crossover for all (--crossover_k): R² says nothing
+        return f"iter {iter_num}: val loss {val_loss:.5f} | pair accuracy {m['pair_accuracy']:.3f}"
     return (f"iter {iter_num}: val loss {val_loss:.5f} | mse {m['mse']:.5f} (baseline {m['baseline_mse']:.5f}) "
             f"R2 {m['r2']:.4f} | MAE {m['mae']:.4f} | boundary error {m['boundary_error']:.1f} tokens"
             + (f" | pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else ''))

@@ -68,6 +68,10 @@ def arms(run):
         'window': ('whole-window judge (every weight trained, 10k windows x 5 epochs) + real text', WINDOW_JUDGE
                    + ['--grpo_nll_weight=1.0']),
         'window_pure': ('whole-window judge, no real text', WINDOW_JUDGE),
+        'window_online': ('whole-window judge co-trained online (every weight, 64 natural windows a step) + real text',
+                          WINDOW_JUDGE + ['--grpo_nll_weight=1.0', '--grpo_judge_update_interval=1',
+                                          '--grpo_judge_unfreeze_layers=-1', '--grpo_judge_learning_rate=3e-4',
+                                          '--grpo_judge_natural_windows=64']),
     }
 
 

@@ -332,3 +332,15 @@ def test_whole_window_judge_knobs_reach_the_judge_stages(cycle_run, char_data, t
     rm = load_checkpoint(str(out / 'reward_model_v1.pt'))
     assert rm['config']['loss'] == 'binary' and rm['config']['max_epochs'] == 1
     assert_consistent(out)
+
+
+def test_the_referee_over_the_game_reaches_frozen_and_online_judges_alike():
+    """grpo_referee_samples is GRPO's instrument, not the online judge's: a frozen-judge cycle passes it too."""
+    from configurator import configure
+    from run_cycles import DEFAULTS, grpo_cmd
+    for online in ('0', '1'):
+        C = configure(DEFAULTS, ['--grpo_referee_samples=200', f'--grpo_judge_update_interval={online}'])
+        cmd = grpo_cmd(C, 'base.pt', 'rm.pt', 'data', 'out.pt', 1)
+        assert '--referee_samples=200' in cmd and f'--referee_seed={C.seed}' in cmd
+        assert ('--judge_update_interval=1' in cmd) == (online == '1')
+    assert not any(a.startswith('--referee') for a in grpo_cmd(configure(DEFAULTS, []), 'b', 'r', 'd', 'o', 1))

@@ -246,8 +246,9 @@ def test_whole_window_judge_learns_natural_windows_from_continuations(tmp_path, 
     ds = RewardDataset(str(tmp_path / 'rd'), 'train')
     assert np.allclose(ds.y, [[4 / 32, 28 / 32]])
     assert np.array_equal(ds.x[:, :4], ds.natural[:, :4]) and (ds.x[:, 4:] != ds.natural[:, 4:]).mean() > 0.5
-    train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'w.pt', '--max_iters=150', '--loss=binary',
-             '--learning_rate=3e-3', '--reward_pooling=token')
+    r = train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'w.pt', '--max_iters=150', '--loss=binary',
+                 '--learning_rate=3e-3', '--reward_pooling=token')
+    assert re.search(r"iter 20: val loss [\d.]+ \| pair accuracy [\d.]+\n", r.stdout)  # no R² of constant labels
     m = load_checkpoint(str(tmp_path / 'w.pt'))
     assert m['metrics']['pair_accuracy'] > 0.9 and m['config']['loss'] == 'binary'
     r = run_script('prepare_reward_data.py', '--model_path', noise_gen, '--input_mode', 'binary', '--train_bin',
