@@ -46,6 +46,10 @@ def judge_score(probs):
     return p[:, 0].log() - p[:, 1].log()
 
 
+# the losses that read each sample's natural block: Bradley-Terry against it, or binary (it is a natural sample too)
+PAIRED_LOSSES = ('pairwise', 'binary')
+
+
 def pairwise_loss(natural_probs, sample_probs):
     """Bradley-Terry: -log sigma(D(natural) - D(sample)), averaged over pairs."""
     return -F.logsigmoid(judge_score(natural_probs) - judge_score(sample_probs)).mean()

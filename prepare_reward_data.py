@@ -54,7 +54,9 @@ def parse_args(argv):
     p.add_argument('--seed', type=int, default=d.seed)
     p.add_argument('--block_size', type=int, default=d.block_size, help="N (default: the model's block size)")
     p.add_argument('--batch_size', type=int, default=d.batch_size, help="sequences generated together")
-    p.add_argument('--crossover_k', type=int, default=d.crossover_k, help="0: K ~ U[1, N-1] per sample; k: every sample keeps the first k natural tokens (whole-window judges: 8, the two-sample test's prompt)")
+    p.add_argument('--crossover_k', type=int, default=d.crossover_k,
+                   help="0: K ~ U[1, N-1] per sample; k: every sample keeps its first k natural tokens (8: "
+                        "whole-window judges, the two-sample test's prompt length)")
     p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split, drawn at random from all of it (default: every block)")
     return RewardDataConfig(**vars(p.parse_args(argv)))
 

@@ -29,7 +29,7 @@ import time
 from configurator import UserError, config_defaults, configure, run_cli
 from data_loader import data_path, file_sha256
 from early_stopping import EarlyStopping
-from judge import reward_data_cmd, reward_model_cmd
+from judge import PAIRED_LOSSES, reward_data_cmd, reward_model_cmd
 from tracking import TRACKING_DEFAULTS, tracking_args
 from verdict import cycle_verdict
 from runtime import resolve_device
@@ -387,7 +387,7 @@ def main(argv):
                      f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
                      f'--eval_interval={C.reward_eval_interval}'] \
         + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else []) \
-        + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge keeps its manifests
+        + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge: same manifests
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
                   f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
                   '--beta2=0.99', '--eval_iters=20',
@@ -451,8 +451,7 @@ def main(argv):
                              os.path.splitext(partials[0])[0] + '_log.jsonl', partials[1]))
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log')
         else:
-            if C.reward_loss in ('pairwise', 'binary') and os.path.isdir(rd) and \
-                    not os.path.isfile(f'{rd}/val_natural.bin'):
+            if C.reward_loss in PAIRED_LOSSES and os.path.isdir(rd) and not os.path.isfile(f'{rd}/val_natural.bin'):
                 shutil.rmtree(rd)  # written before reward data kept each sample's natural block: rebuilt with them
             script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
                          reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,

@@ -307,8 +307,6 @@ def check_config(C):
     if C.judge_natural_windows and (not C.judge_update_interval or C.judge_loss == 'pairwise'):
         raise UserError("judge_natural_windows feeds the online judge's pointwise loss: pass it with "
                         "--judge_update_interval=1 (or k) and a judge_loss other than pairwise")
-    if C.judge_loss == 'binary' and not C.judge_natural_windows:
-        raise UserError("judge_loss=binary learns natural windows against rollouts: pass --judge_natural_windows=M")
     if C.judge_natural_windows < 0 or C.judge_loss not in ('', 'mse', 'ce', 'pairwise', 'binary') \
             or C.judge_warmup_steps < 0 or C.judge_unfreeze_layers < -1:
         raise UserError("judge_loss must be '', mse, ce, pairwise or binary, judge_natural_windows and "
@@ -340,8 +338,9 @@ def setup(C, rt):
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.judge_loss_kind = C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
     if run.judge_loss_kind == 'binary' and C.judge_update_interval and not C.judge_natural_windows:
-        raise UserError(f"{C.reward_model_path} was trained with loss=binary: online, it needs natural windows "
-                        f"beside the rollouts: pass --judge_natural_windows=M (or another --judge_loss)")
+        given = '--judge_loss=binary' if C.judge_loss else f"{C.reward_model_path} was trained with loss=binary"
+        raise UserError(f"{given}: online, a binary judge learns natural windows against the rollouts: pass "
+                        f"--judge_natural_windows=M" + ('' if C.judge_loss else " (or another --judge_loss)"))
     run.judge_opt, run.judge_gen, run.replay = None, None, deque(maxlen=C.judge_replay + 1)
     run.judge_trunk = C.judge_unfreeze_layers != 0  # it learns from token ids, not from cached features
     if C.judge_update_interval:

@@ -30,7 +30,8 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from judge import compute_features, freeze_trunk, judge_loss, pair_accuracy, pairwise_loss, reward_metrics
+from judge import (PAIRED_LOSSES, compute_features, freeze_trunk, judge_loss, pair_accuracy, pairwise_loss,
+                   reward_metrics)
 from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, sequence_probs, update_checkpoint
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
@@ -90,8 +91,7 @@ def load_judge(C, rt):
     train_ds = RewardDataset(C.data_dir, 'train', tokenization or None)
     val_ds = RewardDataset(C.data_dir, 'val', tokenization or None)
     N = train_ds.block_size
-    pairwise = C.loss in ('pairwise', 'binary')
-    if pairwise and train_ds.natural is None:
+    if C.loss in PAIRED_LOSSES and train_ds.natural is None:
         raise UserError(f"loss={C.loss!r} needs each sample's natural block, which {C.data_dir} (format "
                         f"{train_ds.metadata.get('format_version', '1')}) lacks: re-create it with "
                         f"prepare_reward_data.py")
@@ -165,7 +165,7 @@ def main(argv):
     check_config(C)
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     src, tokenization, train_ds, val_ds, model = load_judge(C, rt)
-    N, pairwise = train_ds.block_size, C.loss in ('pairwise', 'binary')  # pairs: each sample and its natural block
+    N, pairwise = train_ds.block_size, C.loss in PAIRED_LOSSES  # pairs: each sample and its natural block
     trunk_before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
     cached = C.unfreeze_layers == 0 and C.use_feature_cache
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
@@ -206,8 +206,8 @@ def main(argv):
 
     def loss_of(probs, natural_probs, y):
         if C.loss == 'binary':  # the natural blocks are samples too, every position natural
-            return judge_loss(torch.cat([probs, natural_probs]), torch.cat([y, y.new_tensor([[1.0, 0.0]]).expand_as(y)]),
-                              'ce')
+            natural_y = y.new_tensor([[1.0, 0.0]]).expand_as(y)
+            return judge_loss(torch.cat([probs, natural_probs]), torch.cat([y, natural_y]), 'ce')
         return pairwise_loss(natural_probs, probs) if C.loss == 'pairwise' else judge_loss(probs, y, C.loss)
 
     @torch.no_grad()

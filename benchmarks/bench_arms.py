@@ -201,7 +201,10 @@ def main():
             if not os.path.exists(out):  # a repeat starts from the arm's first run: its judge and controls stay
                 first = os.path.join(a.out, arm)
                 source = first if seed and os.path.exists(first) else run or (outs[0] if outs else '')
-                shutil.copytree(source, out) if source else os.makedirs(out)
+                if source:
+                    shutil.copytree(source, out)
+                else:  # --run '': this arm builds base v1 and the controls itself
+                    os.makedirs(out)
             t0 = time.time()
             subprocess.run([sys.executable, os.path.join(ROOT, 'run_cycles.py'), *a.config.split(','),
                             f'--out_dir={out}', f'--num_cycles={a.cycles}', *SEED_DESIGN, *overrides]

@@ -89,9 +89,9 @@ def train_judge(base, data, out, recipe, limit, seed):
 
 
 @torch.no_grad()
-def likelihood_sight(lm_path, reference, samples, seed):
+def likelihood_sight(lm_ckpt, reference, samples, seed):
     """(sight, sd) of an LM's mean log-likelihood of the tokens after each window's PROMPT_LEN as its score."""
-    lm = GPT.from_checkpoint(load_checkpoint(lm_path))
+    lm = GPT.from_checkpoint(lm_ckpt)
     scores = [torch.cat([token_logprobs(lm, x[i:i + 250], 1.0)[0][:, PROMPT_LEN - 1:].mean(1)
                          for i in range(0, len(x), 250)]).numpy() for x in (reference, samples)]
     return sight_auc(*scores), bootstrap_sd(*scores, seed)
@@ -134,8 +134,9 @@ def main():
     print(f"base v1 of {a.run}, T = 1.0, {a.num_samples} natural windows against {a.num_samples} samples; two-sample "
           f"test (TF-IDF logistic regression) AUC {c2st['c2st_auc']:.3f} ± {c2st['c2st_auc_sd']:.3f} (5 folds)")
     for lm_path in filter(None, a.likelihood_of.split(',')):
-        sight, sd = likelihood_sight(lm_path, reference, samples, a.seed)
-        print(f"  mean log-likelihood under {lm_path} (val loss {load_checkpoint(lm_path)['best_val_loss']:.4f}), "
+        lm_ckpt = load_checkpoint(lm_path)
+        sight, sd = likelihood_sight(lm_ckpt, reference, samples, a.seed)
+        print(f"  mean log-likelihood under {lm_path} (val loss {lm_ckpt['best_val_loss']:.4f}), "
               f"untrained: sight AUC {sight:.3f} ± {sd:.3f}", flush=True)
     rows, data_seconds = [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
