@@ -59,6 +59,7 @@ base_learning_rate = 2e-3
 base_eval_interval = 100
 base_patience = 3  # base v1 and the MLE control stop after this many evaluations without a val-loss gain of
 base_min_delta = 0.002  # at least this, and keep their best checkpoint
+base_select_tokens = 0  # >0: both select on the last this many train tokens, held out of their training, not on val
 trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
@@ -410,7 +411,7 @@ def main(argv):
                  f'--learning_rate={C.base_learning_rate}', f'--min_lr={C.base_learning_rate / 10}',
                  f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
                  f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=50',
-                 f'--seed={C.seed}']
+                 f'--seed={C.seed}'] + select_args(C)
                 + ([f'--init_from={C.init_from}'] if C.init_from != 'scratch' else []), 'base_v1.log')
     referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
 
@@ -476,6 +477,11 @@ def main(argv):
     print(f"finished: {stop_reason}; report {os.path.join(out, 'report.md')}")
 
 
+def select_args(C):
+    """base v1's and the MLE control's selection split (none given: val, and a run made before keeps its stages)"""
+    return [f'--select_tokens={C.base_select_tokens}'] if C.base_select_tokens else []
+
+
 def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, path, data_files):
     """Cycle n's controls, measured like the cycle's output, and its verdict against them."""
     from model import GPT, load_checkpoint
@@ -491,7 +497,7 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
         '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=False',
         f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
-        f'--seed={C.seed + n}'], f'mle_v{n + 1}.log')
+        f'--seed={C.seed + n}'] + select_args(C), f'mle_v{n + 1}.log')
     evaluate_stage(f'evaluate MLE control v{n + 1}', path(f'eval_mle_v{n + 1}.json'), mle, f'eval_mle_v{n + 1}.log')
     inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base, mle]
     if grpo:  # what the judge adds: the same GRPO run with its reward replaced by a constant
@@ -512,7 +518,8 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
                           points, base, data_path(C.dataset), resolve_device(C.device), off_point)
         kept = load_checkpoint(mle)
         v.update(cycle=n, mle_iters=iters, mle_best_iter=kept['iter_num'], mle_stopped_at=kept.get('stopped_at'),
-                 mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops)
+                 mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops,
+                 mle_select_tokens=kept['config'].get('select_tokens', 0))
         if grpo:  # the judge-off control runs its arm's steps: both runs' steps and compute, side by side
             for name, ckpt in (('arm', path(f'base_model_v{n + 1}.pt')), ('judge_off', off)):
                 metrics = load_checkpoint(ckpt)['metrics']
@@ -602,10 +609,12 @@ def verdict_lines(c):
     v = c['verdict']
     m, vd = v['matched'], v['verdicts']
     where = ' (outside the sweep: matched to its nearest end)' if m['outside_sweep'] else ''
-    stop = v.get('mle_stopped_at')
+    stop, held_out = v.get('mle_stopped_at'), v.get('mle_select_tokens')
+    selected_on = (f"best loss on the last {held_out:,} train tokens, held out of training" if held_out
+                   else "best val loss")
     mle = (f"the MLE control is base v{c['cycle']} + next-token training allowed {v['mle_iters']} iterations (the "
            f"cycle's {v['cycle_flops']:.3g} FLOPs)" + (f", stopped at {stop} and kept iteration {v['mle_best_iter']} "
-                                                        f"(best val loss)" if stop is not None else ''))
+                                                        f"({selected_on})" if stop is not None else ''))
     if 'judge_off_steps' in v:
         mle += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs) "
                 f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")

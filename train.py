@@ -33,7 +33,7 @@ eval_interval = 2000
 log_interval = 1
 eval_iters = 200
 eval_only = False  # evaluate (loss estimate and whole-split val perplexity), then exit
-always_save_checkpoint = True  # if False, save only when val loss improves
+always_save_checkpoint = True  # if False, save only when val loss (select loss, with select_tokens) improves
 init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), a generator checkpoint's path, or GPT-2 weights:
 # 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local Hugging Face directory (needs transformers)
 # data
@@ -59,9 +59,13 @@ decay_lr = True
 warmup_iters = 2000
 lr_decay_iters = 600000
 min_lr = 6e-5
-# early stopping on val loss: stop after `patience` evaluations without an improvement of at least min_delta
+# early stopping on val loss (select loss, with select_tokens): stop after `patience` evaluations without an
+# improvement of at least min_delta
 patience = 0  # 0 disables
 min_delta = 0.0
+# >0: the last select_tokens tokens of train.bin are held out of training, and early stopping and the kept checkpoint
+# read their loss instead of val's, so that val (every reported figure's split) never chooses a checkpoint
+select_tokens = 0
 # held-out perplexity at each evaluation, over the whole val split (or its first ppl_max_tokens tokens)
 ppl_max_tokens = 0  # 0: the whole split
 # system
@@ -147,9 +151,18 @@ def main(argv):
               f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
     tracker = Tracker(C, f"train/{os.path.basename(os.path.abspath(C.out_dir))}", C.out_dir, rt.master)
 
+    n_train = len(np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
+    if C.select_tokens and not 2 * C.block_size < C.select_tokens < n_train - 2 * C.block_size:
+        raise UserError(f"--select_tokens={C.select_tokens} must leave more than two blocks ({C.block_size} tokens "
+                        f"each) both to select on and to train on in {n_train:,} train tokens; set 0 to select on val")
+    select_split = 'select' if C.select_tokens else 'val'  # the split that early stopping and the checkpoint read
+
     def get_batch(split):
         # recreate the memmap every batch to avoid a memory leak (as nanoGPT does)
-        data = np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+        data = np.memmap(os.path.join(data_dir, 'val.bin' if split == 'val' else 'train.bin'), dtype=np.uint16,
+                         mode='r')
+        if C.select_tokens:  # train and select are the two ends of train.bin
+            data = data[n_train - C.select_tokens:] if split == 'select' else data[:n_train - C.select_tokens]
         ix = torch.randint(len(data) - C.block_size, (C.batch_size,))
         x = torch.stack([torch.from_numpy(data[i:i + C.block_size].astype(np.int64)) for i in ix])
         y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + C.block_size].astype(np.int64)) for i in ix])
@@ -180,7 +193,7 @@ def main(argv):
     def estimate_loss():
         out = {}
         model.eval()
-        for split in ('train', 'val'):
+        for split in dict.fromkeys(('train', 'val', select_split)):
             losses = torch.zeros(C.eval_iters)
             for k in range(C.eval_iters):
                 X, Y = get_batch(split)
@@ -199,14 +212,16 @@ def main(argv):
     def save(losses):
         save_checkpoint(os.path.join(C.out_dir, 'ckpt.pt'), raw_model, iter_num=iter_num, best_val_loss=best_val_loss,
                         config=vars(C), tokenization=tokenizer.info(), optimizer=optimizer,
-                        early_stopping=stopper.state_dict(), metrics={'train_loss': losses['train'],
-                                                                      'val_loss': losses['val']})
+                        early_stopping=stopper.state_dict(),
+                        metrics={f'{k}_loss': v for k, v in losses.items()})
+
+    def loss_line(losses):
+        select = f", select loss {losses['select']:.4f}" if C.select_tokens else ''
+        return f"train loss {losses['train']:.4f}{select}, val loss {losses['val']:.4f}"
 
     if C.eval_only:
         if rt.master:
-            losses = estimate_loss()
-            print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                  f"val ppl {val_perplexity():.3f}")
+            print(f"step {iter_num}: {loss_line(estimate_loss())}, val ppl {val_perplexity():.3f}")
         tracker.close()
         rt.close()
         return
@@ -227,18 +242,17 @@ def main(argv):
             losses = estimate_loss()
             ppl = val_perplexity()
             last = dict(losses, ppl=ppl, iter=iter_num)
-            tqdm.write(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                       f"val ppl {ppl:.3f}")
-            tracker.log(dict(train_loss=losses['train'], val_loss=losses['val'], val_ppl=ppl, lr=lr), iter_num)
-            stopper.step(losses['val'])
-            if losses['val'] < best_val_loss or C.always_save_checkpoint:
-                best_val_loss = min(best_val_loss, losses['val'])
+            tqdm.write(f"step {iter_num}: {loss_line(losses)}, val ppl {ppl:.3f}")
+            tracker.log(dict({f'{k}_loss': v for k, v in losses.items()}, val_ppl=ppl, lr=lr), iter_num)
+            stopper.step(losses[select_split])
+            if losses[select_split] < best_val_loss or C.always_save_checkpoint:
+                best_val_loss = min(best_val_loss, losses[select_split])
                 # a run from a checkpoint keeps its start when no later evaluation beats it (continued training that
                 # only got worse returns the model it started from); a resume's start is already on disk
                 if iter_num > start_iter or C.init_from != 'resume':
                     save(losses)
             if stopper.should_stop:
-                stop, stop_reason = True, (f"early stopping: val loss did not improve by {C.min_delta} "
+                stop, stop_reason = True, (f"early stopping: {select_split} loss did not improve by {C.min_delta} "
                                            f"for {C.patience} evaluations")
         if iter_num >= C.max_iters:
             stop = True
@@ -279,8 +293,8 @@ def main(argv):
         print(f"done: {trained} iterations in {elapsed:.1f}s ({trained * tokens_per_iter / max(elapsed, 1e-9):,.0f} "
               f"tok/s incl. evaluation); stopped by {stop_reason}")
         if last:
-            print(f"final: train loss {last['train']:.4f}, val loss {last['val']:.4f}, val ppl {last['ppl']:.3f}; "
-                  f"best val loss {best_val_loss:.4f}; checkpoint {os.path.join(C.out_dir, 'ckpt.pt')}")
+            print(f"final: {loss_line(last)}, val ppl {last['ppl']:.3f}; "
+                  f"best {select_split} loss {best_val_loss:.4f}; checkpoint {os.path.join(C.out_dir, 'ckpt.pt')}")
     tracker.close()
     rt.close()
 

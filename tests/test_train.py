@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_script, train_tiny
+from conftest import TINY_MODEL, run_script, train_tiny
 from model import GPT, evaluate_perplexity, load_checkpoint
 
 
@@ -113,3 +113,26 @@ def test_continued_training_keeps_its_best_checkpoint_even_the_start(tmp_path, c
     kept, start = load_checkpoint(str(out / 'ckpt.pt')), load_checkpoint(char_ckpt)
     assert kept['iter_num'] == 0 and kept['stopped_at'] == 10 and kept['stop_reason'].startswith('early stopping')
     assert all(torch.equal(kept['model'][k], start['model'][k]) for k in start['model'])
+
+
+def test_select_tokens_choose_the_checkpoint_instead_of_val(tmp_path, char_data):
+    """With select_tokens the held-out tail of train.bin, not val, decides early stopping and the kept checkpoint:
+    a tail of random characters, which training on the text only makes less likely, stops the run at its patience
+    and keeps iteration 0, where val alone would have kept training."""
+    data = tmp_path / 'data'
+    data.mkdir()
+    for name in ('val.bin', 'meta.pkl'):
+        (data / name).write_bytes((open(os.path.join(char_data, name), 'rb')).read())
+    train = np.fromfile(os.path.join(char_data, 'train.bin'), dtype=np.uint16)
+    noise = np.random.default_rng(0).integers(0, train.max() + 1, 5000).astype(np.uint16)
+    np.concatenate([train, noise]).tofile(data / 'train.bin')
+    args = ('--max_iters=60', '--eval_interval=10', '--always_save_checkpoint=False', '--patience=2',
+            '--min_delta=0.0', '--decay_lr=False', '--learning_rate=3e-3')
+    on_val = train_tiny(str(data), str(tmp_path / 'val'), *args)
+    on_select = train_tiny(str(data), str(tmp_path / 'select'), *args, '--select_tokens=5000')
+    assert 'early stopping' not in on_val.stdout and load_checkpoint(str(tmp_path / 'val' / 'ckpt.pt'))['iter_num'] > 0
+    kept = load_checkpoint(str(tmp_path / 'select' / 'ckpt.pt'))
+    assert kept['iter_num'] == 0 and kept['stopped_at'] == 20 and 'select loss did not improve' in kept['stop_reason']
+    assert 'select loss' in on_select.stdout and kept['metrics']['select_loss'] == kept['best_val_loss']
+    r = run_script('train.py', f'--dataset={data}', *TINY_MODEL, '--select_tokens=50')
+    assert r.returncode == 2 and '--select_tokens=50 must leave' in r.stderr and 'Traceback' not in r.stderr
