@@ -244,7 +244,7 @@ def main(argv):
                             tokenization=tokenization, optimizer=optimizer, metrics=best_metrics,
                             selection_metrics=m, data_block_size=N, early_stopping=stopper.state_dict())
 
-    gen = torch.Generator().manual_seed(C.seed + rt.rank)
+    gen = torch.Generator().manual_seed(C.seed)  # one permutation, which the ranks slice: one process's batches
     steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
     bar = tqdm(total=min(C.max_iters, C.max_epochs * steps_per_epoch or C.max_iters), initial=iter_num,
                desc='reward head', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)

@@ -573,3 +573,60 @@ def test_two_gloo_ranks_compute_what_one_process_computes(tmp_path):
     torch.testing.assert_close(ranks[0]['grad'], one['grad'])
     per_rank_std = [case['rewards'][:8].std(), case['rewards'][8:].std()]
     assert max(per_rank_std) / min(per_rank_std) > 5  # the case where per-rank scaling was wrong
+
+
+def _tiny_trunk_judge():
+    """The online judge that trains its trunk, as train_grpo drives it: a reward-mode GPT read per position."""
+    from model import GPTConfig
+    torch.manual_seed(0)
+    judge = GPT(GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=16, mode='reward',
+                          reward_head_hidden_dim=8, reward_pooling='mean'))
+    return judge, (lambda x: judge(x, per_token=True)[0]), torch.optim.SGD(judge.parameters(), lr=0.5)
+
+
+def _ddp_judge_update(rank, world, port, replays, out):
+    """One rank of the online-judge check: its own replay and row generator, judge.judge_update's averaging."""
+    import os
+    from contextlib import nullcontext
+    import torch.distributed as dist
+    from judge import judge_update
+    from runtime import Runtime
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world)
+    rt = Runtime('cpu', 'cpu', nullcontext(), torch.float32, ddp=True, rank=rank, world_size=world)
+    judge, judge_fn, opt = _tiny_trunk_judge()
+    judge_update(judge_fn, list(judge.parameters()), opt, [replays[rank]], 3, 4, 'binary',
+                 torch.Generator().manual_seed(rank), rt)
+    torch.save(judge.state_dict(), f'{out}.{rank}')
+    dist.destroy_process_group()
+
+
+def test_online_trunk_judge_under_two_ranks_takes_the_mean_gradient(tmp_path):
+    """Two gloo ranks, each training the online judge's whole network on its own rollouts, end with one judge: the
+    one a single process gets by stepping on the mean of the two ranks' losses (rows drawn as each rank draws them).
+    SGD, so that a sum in place of the mean would show."""
+    import socket
+    import torch.multiprocessing as mp
+    from judge import judge_loss
+    g = torch.Generator().manual_seed(1)
+    replays = [(torch.randint(11, (10, 8), generator=g), torch.tensor([[0.25, 0.75]]).repeat(10, 1)),
+               (torch.randint(11, (10, 8), generator=g), torch.tensor([[1.0, 0.0]]).repeat(10, 1))]
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_judge_update, args=(2, port, replays, str(tmp_path / 'rank')), nprocs=2)
+    ranks = [torch.load(tmp_path / f'rank.{r}', weights_only=True) for r in range(2)]
+    judge, judge_fn, opt = _tiny_trunk_judge()
+    start = {k: v.clone() for k, v in judge.state_dict().items()}
+    gens = [torch.Generator().manual_seed(r) for r in range(2)]
+    for _ in range(3):
+        rows = [torch.randint(10, (4,), generator=gens[r]) for r in range(2)]
+        loss = sum(judge_loss(judge_fn(x[i]), y[i], 'binary') for (x, y), i in zip(replays, rows)) / 2
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    one = judge.state_dict()
+    assert max((one[k] - start[k]).abs().max() for k in one) > 1e-2  # the judge moved
+    for k in one:
+        torch.testing.assert_close(ranks[0][k], ranks[1][k], rtol=0, atol=0)
+        torch.testing.assert_close(ranks[0][k], one[k], rtol=1e-4, atol=1e-6)

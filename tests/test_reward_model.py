@@ -251,6 +251,23 @@ def test_whole_window_judge_learns_natural_windows_from_continuations(tmp_path, 
     assert re.search(r"iter 20: val loss [\d.]+ \| pair accuracy [\d.]+\n", r.stdout)  # no R² of constant labels
     m = load_checkpoint(str(tmp_path / 'w.pt'))
     assert m['metrics']['pair_accuracy'] > 0.9 and m['config']['loss'] == 'binary'
+    # two ranks of 8 rows train the whole network as one process of 16 does: the same rows, the averaged gradient
+    common = ('--max_iters=10', '--eval_interval=10', '--loss=binary', '--learning_rate=3e-3', '--unfreeze_layers=-1',
+              '--reward_pooling=mean')
+    train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'one.pt', *common)
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train_reward_model.py',
+                   f'--model_path={char_ckpt}', f'--data_dir={tmp_path / "rd"}', f'--out_path={tmp_path / "two.pt"}',
+                   '--device=cpu', '--backend=gloo', '--batch_size=8', '--feature_batch_size=32', *common,
+                   env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode == 0, r.stderr[-2000:]
+    one, two = load_checkpoint(str(tmp_path / 'one.pt')), load_checkpoint(str(tmp_path / 'two.pt'))
+    assert one['iter_num'] == two['iter_num'] == 10
+    # Adam turns rounding in near-zero gradients (the attention's key bias) into steps: a tolerance scaled by the
+    # movement
+    start = load_checkpoint(char_ckpt)['model']
+    moved = max((one['model'][k] - start[k]).abs().max().item() for k in one['model'] if k in start)
+    gap = max((two['model'][k] - one['model'][k]).abs().max().item() for k in one['model'])
+    assert gap < 0.02 * moved, (gap, moved)
     r = run_script('prepare_reward_data.py', '--model_path', noise_gen, '--input_mode', 'binary', '--train_bin',
                    f'{char_data}/train.bin', '--val_bin', f'{char_data}/val.bin', '--output_dir', str(tmp_path / 'x'),
                    '--crossover_k', '32')
