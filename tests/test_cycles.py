@@ -344,3 +344,18 @@ def test_the_referee_over_the_game_reaches_frozen_and_online_judges_alike():
         assert '--referee_samples=200' in cmd and f'--referee_seed={C.seed}' in cmd
         assert ('--judge_update_interval=1' in cmd) == (online == '1')
     assert not any(a.startswith('--referee') for a in grpo_cmd(configure(DEFAULTS, []), 'b', 'r', 'd', 'o', 1))
+
+
+def test_base_and_mle_control_select_on_held_out_train_tokens(cycle_run, char_data, tmp_path):
+    """base_select_tokens: base v1 and the MLE control both keep the checkpoint that the last N train tokens choose,
+    held out of their training, so val chooses nothing; the verdict and report say so."""
+    out = tmp_path / 'run'
+    shutil.copytree(cycle_run[0], out)
+    stdout = cycles(out, char_data, '--num_cycles=1', '--base_select_tokens=2000')
+    assert stages_run(stdout)[0] == 'base v1'
+    for name in ('base_model_v1.pt', 'mle_v2.pt'):
+        ckpt = load_checkpoint(str(out / name))
+        assert ckpt['config']['select_tokens'] == 2000 and ckpt['best_val_loss'] == ckpt['metrics']['select_loss']
+    v = json.loads((out / 'verdict_v1.json').read_text())
+    assert v['mle_select_tokens'] == 2000
+    assert 'best loss on the last 2,000 train tokens, held out of training' in (out / 'report.md').read_text()
