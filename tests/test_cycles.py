@@ -351,7 +351,8 @@ def test_base_and_mle_control_select_on_held_out_train_tokens(cycle_run, char_da
     held out of their training, so val chooses nothing; the verdict and report say so."""
     out = tmp_path / 'run'
     shutil.copytree(cycle_run[0], out)
-    stdout = cycles(out, char_data, '--num_cycles=1', '--base_select_tokens=2000')
+    stdout = cycles(out, char_data, '--num_cycles=1', '--base_select_tokens=2000', '--control_temperatures=1.0',
+                    '--judge_seeds=1')
     assert stages_run(stdout)[0] == 'base v1'
     for name in ('base_model_v1.pt', 'mle_v2.pt'):
         ckpt = load_checkpoint(str(out / name))
