@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -122,7 +123,7 @@ def test_select_tokens_choose_the_checkpoint_instead_of_val(tmp_path, char_data)
     data = tmp_path / 'data'
     data.mkdir()
     for name in ('val.bin', 'meta.pkl'):
-        (data / name).write_bytes((open(os.path.join(char_data, name), 'rb')).read())
+        shutil.copy(os.path.join(char_data, name), data / name)
     train = np.fromfile(os.path.join(char_data, 'train.bin'), dtype=np.uint16)
     noise = np.random.default_rng(0).integers(0, train.max() + 1, 5000).astype(np.uint16)
     np.concatenate([train, noise]).tofile(data / 'train.bin')
