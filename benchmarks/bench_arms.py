@@ -54,6 +54,8 @@ def arms(run):
     """Arm -> (its label, its run_cycles.py overrides on top of the default config and SEED_DESIGN)."""
     online_token = ['--grpo_judge_update_interval=1', '--reward_pooling=token']
     spin = ['--trainer=spin', '--spin_max_steps=300']  # 300 steps of 16 pairs: the GRPO cycle's wall-clock
+    co_trained = ['--grpo_judge_update_interval=1', '--grpo_judge_unfreeze_layers=-1',
+                  '--grpo_judge_learning_rate=3e-4', '--grpo_judge_natural_windows=64']
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
@@ -69,9 +71,8 @@ def arms(run):
                    + ['--grpo_nll_weight=1.0']),
         'window_pure': ('whole-window judge, no real text', WINDOW_JUDGE),
         'window_online': ('whole-window judge co-trained online (every weight, 64 natural windows a step) + real text',
-                          WINDOW_JUDGE + ['--grpo_nll_weight=1.0', '--grpo_judge_update_interval=1',
-                                          '--grpo_judge_unfreeze_layers=-1', '--grpo_judge_learning_rate=3e-4',
-                                          '--grpo_judge_natural_windows=64']),
+                          WINDOW_JUDGE + co_trained + ['--grpo_nll_weight=1.0']),
+        'window_online_pure': ('whole-window judge co-trained online, no real text', WINDOW_JUDGE + co_trained),
     }
 
 
