@@ -40,7 +40,7 @@ import torch
 
 from configurator import UserError, run_cli
 from data_loader import resolve_data_dir
-from judge import reward_data_cmd, reward_model_cmd, sight_auc
+from judge import reward_data_cmd, reward_model_cmd, sight_auc, sight_auc_sd
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
@@ -193,7 +193,8 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
             p_samples = reward_model(samples)[0][:, 0].cpu().numpy()
             p_natural = reward_model(reference.to(device))[0][:, 0].cpu().numpy()
         figures.update(mean_p_natural=float(p_samples.mean()), mean_p_natural_of_natural_text=float(p_natural.mean()),
-                       judge_sight_auc=sight_auc(p_natural, p_samples))
+                       judge_sight_auc=sight_auc(p_natural, p_samples),
+                       judge_sight_auc_sd=sight_auc_sd(p_natural, p_samples, A.seed))
     figures['samples'] = texts[:3]
     if A.judge_seeds:
         seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]

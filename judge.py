@@ -117,6 +117,14 @@ def sight_auc(natural_scores, sample_scores):
     return auc(natural_scores, sample_scores)
 
 
+def sight_auc_sd(natural_scores, sample_scores, seed, n=200):
+    """The spread of a judge's sight over texts: its sd over n bootstrap redraws of both sides (with replacement)."""
+    rng = np.random.default_rng(seed)
+    natural, samples = np.asarray(natural_scores).ravel(), np.asarray(sample_scores).ravel()
+    return float(np.std([sight_auc(rng.choice(natural, natural.size), rng.choice(samples, samples.size))
+                         for _ in range(n)], ddof=1))
+
+
 def judge_update(judge_fn, params, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
     """steps optimizer steps of the online judge on minibatches of the replay buffer (inputs, labels, and for a
     pairwise judge the inputs of each rollout's natural window) of the latest and earlier rollouts. judge_fn maps

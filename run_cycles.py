@@ -673,7 +673,7 @@ def write_report(out, C, current):
                          f"{g['stop_reason']} |")
             continue
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
-                     f"{fmt(c['arm'].get('judge_sight_auc'))} | "
+                     f"{fmt(c['arm'].get('judge_sight_auc'), '.3f', c['arm'].get('judge_sight_auc_sd'))} | "
                      + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | {first_last(h, 'judge_sight')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
                         f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – | – | – |'))

@@ -45,7 +45,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from judge import reward_data_cmd, reward_model_cmd, sight_auc  # noqa: E402
+from judge import reward_data_cmd, reward_model_cmd, sight_auc, sight_auc_sd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import token_logprobs  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
@@ -94,14 +94,7 @@ def likelihood_sight(lm_ckpt, reference, samples, seed):
     lm = GPT.from_checkpoint(lm_ckpt)
     scores = [torch.cat([token_logprobs(lm, x[i:i + 250], 1.0)[0][:, PROMPT_LEN - 1:].mean(1)
                          for i in range(0, len(x), 250)]).numpy() for x in (reference, samples)]
-    return sight_auc(*scores), bootstrap_sd(*scores, seed)
-
-
-def bootstrap_sd(natural, samples, seed, n=200):
-    """The spread of the sight AUC over texts: both sides resampled with replacement."""
-    rng = np.random.default_rng(seed)
-    return float(np.std([sight_auc(rng.choice(natural, natural.size), rng.choice(samples, samples.size))
-                         for _ in range(n)], ddof=1))
+    return sight_auc(*scores), sight_auc_sd(*scores, seed)
 
 
 def main():
@@ -165,7 +158,7 @@ def main():
             rows.append(dict(recipe=recipe, seconds=seconds, iters=judge_ckpt['iter_num'], allowed=allowed,
                              r2=f"{m['r2']:.4f}" if RECIPES[recipe][0] == 'crossover' else '–',
                              pairs=m['pair_accuracy'], data_seconds=data_seconds if allowed.endswith('epochs') else 0,
-                             sight=sight_auc(p_natural, p_samples), sight_sd=bootstrap_sd(p_natural, p_samples, a.seed)))
+                             sight=sight_auc(p_natural, p_samples), sight_sd=sight_auc_sd(p_natural, p_samples, a.seed)))
             r = rows[-1]
             print(f"  {recipe}: sight AUC {r['sight']:.3f} ± {r['sight_sd']:.3f}, pair accuracy {r['pairs']:.3f}, "
                   f"crossover R² {r['r2']}, kept iteration {r['iters']} of {allowed}, {seconds:.0f} s", flush=True)

@@ -137,6 +137,8 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     assert len(e['c2st_natural_texts']) == len(e['c2st_sample_texts']) == 16
     assert all('blind' in r for r in e['fresh_judge_runs'])
     assert 0 <= e['judge_sight_auc'] <= 1 and 'judge sight' in report  # the cycle's judge, on the c2st windows
+    # and its spread over texts beside it in the report (0 where the tiny judge's scores all tie or never overlap)
+    assert 0 <= e['judge_sight_auc_sd'] < 0.5 and f"{e['judge_sight_auc']:.3f} ± {e['judge_sight_auc_sd']:.3f}" in report
     assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
     sweep = json.loads((out / 'sweep_v1.json').read_text())
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]

@@ -95,6 +95,17 @@ def test_sight_auc_known_answers():
     assert sight_auc([0.3, 0.7], [0.5]) == 0.5 and sight_auc([0.6], [0.5, 0.6, 0.7]) == pytest.approx(0.5)
 
 
+def test_sight_spread_is_the_bootstrap_sd_over_texts():
+    """Perfect separation has no spread; a blind judge on 200 + 200 texts spreads as the AUC's null sd,
+    sqrt((n + m + 1) / (12 n m)) = 0.029; one seed, one figure."""
+    from judge import sight_auc_sd
+    assert sight_auc_sd([0.9, 0.8, 0.7], [0.1, 0.2], seed=0) == 0.0
+    rng = np.random.default_rng(1)
+    natural, samples = rng.random(200), rng.random(200)
+    assert 0.022 < sight_auc_sd(natural, samples, seed=0) < 0.036
+    assert sight_auc_sd(natural, samples, seed=3) == sight_auc_sd(natural, samples, seed=3)
+
+
 def test_a_judge_trains_its_whole_network_or_starts_from_random_weights(tmp_path, char_ckpt, char_reward):
     """unfreeze_layers=-1 trains every tensor of the trunk, embeddings included; init_from='random' keeps the
     base's shape and tokenization and none of its weights."""
