@@ -293,8 +293,8 @@ def check_config(C):
             raise UserError(f"pass --{name}=PATH")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
-    if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1:
-        raise UserError("num_generations must be >= 2, temperature > 0 and num_iterations >= 1")
+    if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1 or C.eval_interval < 1:
+        raise UserError("num_generations must be >= 2, temperature > 0, num_iterations >= 1 and eval_interval >= 1")
     if C.sampler not in SAMPLERS:
         raise UserError(f"sampler must be one of {', '.join(SAMPLERS)}, got {C.sampler!r}")
     if C.judge_update_interval < 0 or C.judge_steps < 1 or C.judge_replay < 0 or C.judge_batch_size < 1:
