@@ -117,12 +117,17 @@ def sight_auc(natural_scores, sample_scores):
     return auc(natural_scores, sample_scores)
 
 
-def sight_auc_sd(natural_scores, sample_scores, seed, n=200):
-    """The spread of a judge's sight over texts: its sd over n bootstrap redraws of both sides (with replacement)."""
+def bootstrap_aucs(higher, lower, seed, n):
+    """auc(higher, lower) over n bootstrap redraws of both sides' scores (with replacement): the texts' share of an
+    AUC's spread."""
     rng = np.random.default_rng(seed)
-    natural, samples = np.asarray(natural_scores).ravel(), np.asarray(sample_scores).ravel()
-    return float(np.std([sight_auc(rng.choice(natural, natural.size), rng.choice(samples, samples.size))
-                         for _ in range(n)], ddof=1))
+    higher, lower = np.asarray(higher).ravel(), np.asarray(lower).ravel()
+    return np.array([auc(rng.choice(higher, higher.size), rng.choice(lower, lower.size)) for _ in range(n)])
+
+
+def sight_auc_sd(natural_scores, sample_scores, seed, n=200):
+    """The spread of a judge's sight over texts: its sd over n bootstrap redraws of both sides."""
+    return float(np.std(bootstrap_aucs(natural_scores, sample_scores, seed, n), ddof=1))
 
 
 def judge_update(judge_fn, params, optimizer, replay, steps, batch_size, loss_kind, gen, rt):

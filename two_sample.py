@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from configurator import UserError
-from judge import auc
+from judge import auc, bootstrap_aucs
 
 C2ST_FOLDS = 5
 C2ST_BOOTSTRAP = 1000  # resamples of the texts behind an AUC's spread
@@ -67,8 +67,7 @@ def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(texts, y):
         p[test] = tfidf_classifier().fit(texts[train], y[train]).predict_proba(texts[test])[:, 1]
     natural, samples = p[y == 0], p[y == 1]
-    rng = np.random.default_rng(seed)
-    boots = [auc(rng.choice(samples, samples.size), rng.choice(natural, natural.size)) for _ in range(C2ST_BOOTSTRAP)]
+    boots = bootstrap_aucs(samples, natural, seed, C2ST_BOOTSTRAP)
     return dict(c2st_accuracy=float(np.mean((p > 0.5) == y)), c2st_auc=auc(samples, natural),
                 c2st_auc_sd=float(np.std(boots, ddof=1)),
                 c2st_auc_ci=[float(q) for q in np.percentile(boots, [2.5, 97.5])], c2st_n=len(texts), c2st_folds=folds)
