@@ -56,6 +56,9 @@ def arms(run):
     spin = ['--trainer=spin', '--spin_max_steps=300']  # 300 steps of 16 pairs: the GRPO cycle's wall-clock
     co_trained = ['--grpo_judge_update_interval=1', '--grpo_judge_unfreeze_layers=-1',
                   '--grpo_judge_learning_rate=3e-4', '--grpo_judge_natural_windows=64']
+    # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
+    # 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
+    co_trained_slow = co_trained[:2] + ['--grpo_judge_learning_rate=3e-5'] + co_trained[3:]
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
@@ -73,6 +76,8 @@ def arms(run):
         'window_online': ('whole-window judge co-trained online (every weight, 64 natural windows a step) + real text',
                           WINDOW_JUDGE + co_trained + ['--grpo_nll_weight=1.0']),
         'window_online_pure': ('whole-window judge co-trained online, no real text', WINDOW_JUDGE + co_trained),
+        'window_online_slow_pure': ('whole-window judge co-trained online at judge lr 3e-5, no real text',
+                                    WINDOW_JUDGE + co_trained_slow),
     }
 
 
