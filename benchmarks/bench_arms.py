@@ -58,7 +58,7 @@ def arms(run):
                   '--grpo_judge_learning_rate=3e-4', '--grpo_judge_natural_windows=64']
     # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
     # 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
-    co_trained_slow = co_trained[:2] + ['--grpo_judge_learning_rate=3e-5'] + co_trained[3:]
+    co_trained_slow = co_trained + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),

@@ -364,16 +364,15 @@ def test_base_and_mle_control_select_on_held_out_train_tokens(cycle_run, char_da
     assert 'best loss on the last 2,000 train tokens, held out of training' in (out / 'report.md').read_text()
 
 
-def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config():
+def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
     """A misspelt override in benchmarks/bench_arms.py would only fail an hour into a benchmark: every arm, on the
     configs its documented commands use, must parse as run_cycles.py options."""
-    import sys
     from configurator import configure
     from run_cycles import DEFAULTS
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
     import bench_arms
     configs = [os.path.join(ROOT, 'config', f) for f in ('cycles_shakespeare_char.py', 'game_converged.py')]
-    for arm, (label, overrides) in bench_arms.arms('runs/x').items():
+    for arm, (_, overrides) in bench_arms.arms('runs/x').items():
         C = configure(DEFAULTS, configs + bench_arms.SEED_DESIGN + overrides + ['--trainer_seed=2000'])
         assert C.trainer in ('grpo', 'spin'), arm
     slow = configure(DEFAULTS, bench_arms.arms('')['window_online_slow_pure'][1])
