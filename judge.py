@@ -157,6 +157,32 @@ def judge_update(judge_fn, params, optimizer, replay, steps, batch_size, loss_ki
     return float(np.mean(losses))
 
 
+class NgramJudge:
+    """A judge outside the GPT form: the two-sample test's classifier (two_sample.py: a logistic regression on TF-IDF
+    char 1-4-grams and word unigrams) on the text of a completion, refit from scratch on every update's natural and
+    generated texts. It sees what the n-gram referee sees (0.92 on base v1's text, where the GPT judges reach 0.85),
+    and shares every feature with it: the two-sample test cannot rule on an arm that plays against it. Unfitted, it
+    knows nothing: P(natural) 0.5 for every text."""
+
+    def __init__(self):
+        self.classifier, self.fitted_on = None, None
+
+    def fit(self, natural_texts, sample_texts):
+        """Refit on these texts; returns its log loss on them."""
+        from sklearn.metrics import log_loss
+        from two_sample import tfidf_classifier  # two_sample imports this module
+        texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
+        y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
+        self.classifier = tfidf_classifier().fit(texts, y)
+        self.fitted_on = (list(natural_texts), list(sample_texts))
+        return float(log_loss(y, self.classifier.predict_proba(texts)[:, 1], labels=[0, 1]))
+
+    def p_natural(self, texts):
+        if self.classifier is None:
+            return np.full(len(texts), 0.5)
+        return self.classifier.predict_proba(np.array(list(texts), dtype=object))[:, 0]
+
+
 def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
                     top_k=None):
     """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way."""

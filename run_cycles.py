@@ -87,6 +87,10 @@ grpo_scale_rewards = 'group'
 grpo_max_kl = 0.0
 grpo_eval_interval = 20
 grpo_judge_update_interval = 0  # 0: the judge stays frozen during GRPO (the seed); k: it trains every k steps (online)
+# 'model': GRPO plays the cycle's reward model; 'ngram': train_grpo.py's n-gram judge, fitted online (it needs
+# grpo_judge_update_interval and grpo_judge_warmup_steps); the cycle's reward model is then still trained, and read on
+# the new version as a judge that did not play
+grpo_judge = 'model'
 grpo_judge_steps = 4
 grpo_judge_learning_rate = 1e-3
 grpo_judge_replay = 8
@@ -316,8 +320,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else [])
     referee = [f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}'] \
         if C.grpo_referee_samples else []  # the referee over the game reads a frozen judge's game too
-    return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', f'--reward_model_path={reward_model}',
-            f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
+    judge = [f'--reward_model_path={reward_model}'] if C.grpo_judge == 'model' else [f'--judge={C.grpo_judge}']
+    return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', *judge, f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
             f'--learning_rate={C.grpo_learning_rate}', f'--beta={C.grpo_beta}',
             f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={scale_rewards or C.grpo_scale_rewards}',
@@ -420,18 +424,20 @@ def main(argv):
         script_stage(name, [output], [ckpt, referee, *inputs, *data_files], args, log)
 
     def grpo_stage(n, name, output, prefix, judge_off=False):
-        """GRPO of base v{n} against reward model v{n} into output; its log, curves and online judge as
-        {prefix}_v{n}_*."""
+        """GRPO of base v{n} against reward model v{n} (or the n-gram judge) into output; its log, curves and online
+        judge as {prefix}_v{n}_*."""
         base, rm = path(f'base_model_v{n}.pt'), path(f'reward_model_v{n}.pt')
         outputs = [output, path(f'{prefix}_v{n}_log.jsonl'), path(f'{prefix}_v{n}_curves.png')]
-        outputs += [path(f'{prefix}_v{n}_judge.pt')] if C.grpo_judge_update_interval else []
+        outputs += [path(f'{prefix}_v{n}_judge.pt')] if C.grpo_judge_update_interval and C.grpo_judge == 'model' \
+            else []
         arm_log = path(f'grpo_v{n}_log.jsonl') if judge_off else None
 
         def move_extras(partials):
             stem = os.path.splitext(partials[0])[0]
             for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
                 shutil.move(stem + suffix, dest)
-        script_stage(name, outputs, [base, rm] + data_files + ([arm_log] if arm_log else []),
+        judge = [rm] if C.grpo_judge == 'model' else []
+        script_stage(name, outputs, [base] + judge + data_files + ([arm_log] if arm_log else []),
                      grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n, arm_log=arm_log),
                      f'{prefix}_v{n}.log', after=move_extras)
 

@@ -111,6 +111,15 @@ def global_std(values, rt):
     return torch.sqrt(((ss - s * s / n) / (n - 1)).clamp_min(0)).to(values.dtype)
 
 
+def gather_lists(items, rt):
+    """Every rank's list, joined in rank order (a copy of the list itself without DDP)."""
+    if not rt.ddp:
+        return list(items)
+    parts = [None] * rt.world_size
+    dist.all_gather_object(parts, list(items))
+    return [x for part in parts for x in part]
+
+
 def broadcast_stop(stop, rt):
     """Rank 0 decides whether to stop; every rank follows (identity without DDP)."""
     if not rt.ddp:

@@ -43,12 +43,12 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from judge import freeze_trunk, judge_update, pair_accuracy, reward_metrics, sight_auc
+from judge import NgramJudge, freeze_trunk, judge_update, pair_accuracy, reward_metrics, sight_auc
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
 from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
                     token_logprobs, warmup_lr)
-from runtime import (all_reduce_mean, broadcast_stop, global_std, global_sum, load_resume_state, resume_file,
-                     rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
+from runtime import (all_reduce_mean, broadcast_stop, gather_lists, global_std, global_sum, load_resume_state,
+                     resume_file, rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
 from tokenization_manager import TokenizationInfo, TokenizationManager
 from tracking import TRACKING_DEFAULTS, Tracker
 from two_sample import continuation_texts, eval_windows, two_sample_test
@@ -56,6 +56,11 @@ from two_sample import continuation_texts, eval_windows, two_sample_test
 # -----------------------------------------------------------------------------
 policy_path = ''  # the generator to improve (also the frozen reference)
 reward_model_path = ''  # the frozen judge
+# the judge that plays: 'model', the reward model at reward_model_path; 'ngram', a judge outside the GPT form
+# (judge.py's NgramJudge: the two-sample test's classifier on the completions' text), no reward model, refit from
+# scratch every judge_update_interval steps on the replay's rollouts against natural continuations (its prompts' own
+# and judge_natural_windows more), first on judge_warmup_steps batches before the policy moves
+judge = 'model'
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -265,14 +270,19 @@ def plot_history(history, path, referee_start=None):
 
 def load_models(C, rt):
     policy_ckpt = load_checkpoint(C.policy_path)
-    rm_ckpt = load_checkpoint(C.reward_model_path)
     if policy_ckpt['model_args'].get('mode', 'generator') != 'generator':
         raise UserError(f"{C.policy_path} is a reward model; --policy_path takes a generator checkpoint")
+    policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
+    reference = None
+    if C.beta > 0 or C.max_kl > 0:
+        reference = copy.deepcopy(policy).requires_grad_(False).eval()
+    if C.judge == 'ngram':
+        return policy_ckpt, None, policy, None, reference
+    rm_ckpt = load_checkpoint(C.reward_model_path)
     if rm_ckpt['model_args'].get('mode') != 'reward':
         raise UserError(f"{C.reward_model_path} is not a reward model; train one with train_reward_model.py")
     tok = TokenizationInfo.from_dict(policy_ckpt['tokenization'])
     tok.check_compatible(TokenizationInfo.from_dict(rm_ckpt['tokenization']), 'the policy', 'the reward model')
-    policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
     reward_model = GPT.from_checkpoint(rm_ckpt, device=rt.device).requires_grad_(False)
     N = policy.config.block_size
     if reward_model.config.block_size < N:
@@ -281,16 +291,22 @@ def load_models(C, rt):
     if rm_ckpt.get('data_block_size', N) != N:  # its P(natural) means the share of N natural tokens it saw
         raise UserError(f"{C.reward_model_path} was trained on sequences of {rm_ckpt['data_block_size']} tokens, but "
                         f"GRPO scores sequences of the policy's block size {N}: train it on reward data of length {N}")
-    reference = None
-    if C.beta > 0 or C.max_kl > 0:
-        reference = copy.deepcopy(policy).requires_grad_(False).eval()
     return policy_ckpt, rm_ckpt, policy, reward_model, reference
 
 
 def check_config(C):
-    for name in ('policy_path', 'reward_model_path'):
+    if C.judge not in ('model', 'ngram'):
+        raise UserError(f"judge must be 'model' (the reward model at reward_model_path) or 'ngram', got {C.judge!r}")
+    for name in ('policy_path',) + (('reward_model_path',) if C.judge == 'model' else ()):
         if not getattr(C, name):
             raise UserError(f"pass --{name}=PATH")
+    if C.judge == 'ngram' and C.reward_model_path:
+        raise UserError("--judge=ngram plays no reward model: drop --reward_model_path")
+    if C.judge == 'ngram' and (not C.judge_update_interval or not C.judge_warmup_steps or C.judge_unfreeze_layers
+                               or C.judge_loss not in ('', 'binary') or C.token_advantages):
+        raise UserError("--judge=ngram is fitted online: pass --judge_update_interval=1 (or k) and "
+                        "--judge_warmup_steps=W >= 1, and no judge_unfreeze_layers, judge_loss or token_advantages "
+                        "(it has no layers, and scores whole completions)")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
     if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1 or C.eval_interval < 1:
@@ -329,21 +345,22 @@ def setup(C, rt):
     draws (numpy for prompts, torch for sampling and the judge's minibatches), paths, compute per step, and the
     progress a resume state restores."""
     policy_ckpt, rm_ckpt, policy, reward_model, reference = load_models(C, rt)
-    if C.token_advantages and reward_model.config.reward_pooling != 'token':
+    if C.token_advantages and C.judge == 'model' and reward_model.config.reward_pooling != 'token':
         raise UserError(f"token_advantages needs a token judge; {C.reward_model_path} pools by "
                         f"'{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
     run = SimpleNamespace(C=C, rt=rt, policy=policy, reward_model=reward_model, reference=reference,
                           policy_ckpt=policy_ckpt, rm_ckpt=rm_ckpt, N=policy.config.block_size)
     run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
     # the judge keeps the loss it was trained with, unless judge_loss names another
-    run.judge_loss_kind = C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
-    if run.judge_loss_kind == 'binary' and C.judge_update_interval and not C.judge_natural_windows:
+    run.ngram = NgramJudge() if C.judge == 'ngram' else None
+    run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
+    if run.judge_loss_kind == 'binary' and C.judge_update_interval and not C.judge_natural_windows and not run.ngram:
         given = '--judge_loss=binary' if C.judge_loss else f"{C.reward_model_path} was trained with loss=binary"
         raise UserError(f"{given}: online, a binary judge learns natural windows against the rollouts: pass "
                         f"--judge_natural_windows=M" + ('' if C.judge_loss else " (or another --judge_loss)"))
     run.judge_opt, run.judge_gen, run.replay = None, None, deque(maxlen=C.judge_replay + 1)
     run.judge_trunk = C.judge_unfreeze_layers != 0  # it learns from token ids, not from cached features
-    if C.judge_update_interval:
+    if C.judge_update_interval and not run.ngram:
         freeze_trunk(reward_model, C.judge_unfreeze_layers)
         run.judge_params = [p for p in reward_model.parameters() if p.requires_grad]
         run.judge_opt = torch.optim.AdamW(run.judge_params, lr=C.judge_learning_rate, betas=(0.9, 0.99),
@@ -351,8 +368,9 @@ def setup(C, rt):
         run.judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
     run.judge_rng = np.random.default_rng([C.seed, rt.rank, 7])  # its natural windows: the prompts' draw stays put
     # the whole judge's raw output (per position for a token judge), or its head on cached features
-    run.judge_fn = (lambda x: reward_model(x, per_token=True)[0]) if run.judge_trunk else reward_model.reward_head
-    run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
+    if not run.ngram:
+        run.judge_fn = (lambda x: reward_model(x, per_token=True)[0]) if run.judge_trunk else reward_model.reward_head
+        run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
     run.referee_windows = eval_windows(run.val, C.referee_samples, run.N, C.referee_seed) if C.referee_samples else None
@@ -365,7 +383,7 @@ def setup(C, rt):
     stem = os.path.splitext(C.out_path)[0]
     run.log_path, run.judge_path, run.plot_path = stem + '_log.jsonl', stem + '_judge.pt', stem + '_curves.png'
     run.state_path = resume_file(C.out_path, rt.rank)
-    run.signature = run_signature(vars(C), [C.policy_path, C.reward_model_path])
+    run.signature = run_signature(vars(C), [C.policy_path] + ([C.reward_model_path] if not run.ngram else []))
     run.flops_per_step = step_flops(run)
     run.ppl_tokens = 'whole val split' if not C.ppl_max_tokens else \
         f'first {min(C.ppl_max_tokens, len(run.val)):,} val tokens'
@@ -378,18 +396,24 @@ def setup(C, rt):
     return run
 
 
+def judge_flops_per_token(run):
+    """The judge's forward FLOPs per token: 0 for the n-gram judge, which is not a network (its wall time is in
+    the log's time_scoring and time_update)."""
+    return 0 if run.ngram else run.reward_model.flops_per_token()
+
+
 def step_flops(run):
     """Compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, judge,
     reference, and num_iterations forward+backward passes of the policy, over every rank's rows."""
-    C, N, policy, judge = run.C, run.N, run.policy, run.reward_model
+    C, N, policy = run.C, run.N, run.policy
     rows = C.prompts_per_step * C.num_generations
-    flops = rows * N * (policy.flops_per_token() + judge.flops_per_token()
+    flops = rows * N * (policy.flops_per_token() + judge_flops_per_token(run)
                         + (run.reference.flops_per_token() if run.reference is not None else 0)
                         + C.num_iterations * policy.flops_per_token(backward=True))
     if C.nll_weight:  # the natural continuations' forward and backward
         flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
     if run.judge_loss_kind == 'pairwise':  # the natural windows' scoring
-        flops += C.prompts_per_step * N * judge.flops_per_token()
+        flops += C.prompts_per_step * N * judge_flops_per_token(run)
     return flops
 
 
@@ -418,7 +442,7 @@ def save(run, step, stop_reason, **final):
                                  ppl_tokens=run.ppl_tokens, judge_warmup=run.warmup,
                                  referee_auc_start=run.referee_start,
                                  flops=run.flops_per_step * len(run.history) + run.judge_flops, **final))
-    if C.judge_update_interval:  # loadable wherever a reward model is
+    if C.judge_update_interval and not run.ngram:  # loadable wherever a reward model is
         last = run.history[-1]
         save_checkpoint(run.judge_path, run.reward_model, iter_num=step,
                         config=dict(run.rm_ckpt.get('config', {}), online_from=os.path.abspath(C.reward_model_path),
@@ -450,33 +474,54 @@ def rollouts(run):
 
 def score(run, batch, reference=True):
     """The judge's rewards for the rollouts, and its figures on them, which it has not seen yet: a rollout is a
-    crossover sample with K = its prompt length. Also the reference's log-probs (unless reference=False). A token
-    judge rewards the completion's own positions; a pooled judge's one figure is the reward."""
+    crossover sample with K = its prompt length. Also the reference's log-probs (unless reference=False)."""
     C, rt = run.C, run.rt
-    with torch.no_grad(), rt.ctx:
-        feats = run.reward_model.reward_features(batch.seqs)
-        probs = run.reward_model.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
-    judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
-    rewards = (judged * batch.generated).sum(1) / batch.generated.sum(1) if judged.dim() == 2 else p_natural
+    s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
-        rewards, judged = torch.full_like(rewards, 0.5), torch.full_like(judged, 0.5)
-    natural_share = batch.lengths_t.float() / run.N
-    s = SimpleNamespace(feats=feats, probs=probs, judged=judged, rewards=rewards, natural_share=natural_share,
-                        fresh=reward_metrics(p_natural.cpu().numpy(), natural_share.cpu().numpy(), run.N,
-                                             float(natural_share.mean())),
-                        real_feats=None, pair_acc=None, ref_logps=None)
-    with torch.no_grad():  # each prompt's natural window: a pairwise judge's other half, and sight's
-        with rt.ctx:
-            real_feats = run.reward_model.reward_features(batch.real).float()
-        real_probs = run.reward_model.reward_head(real_feats)
-    if run.judge_loss_kind == 'pairwise':
-        s.real_feats = real_feats.repeat_interleave(C.num_generations, 0)
-        s.pair_acc = pair_accuracy(real_probs.repeat_interleave(C.num_generations, 0), probs)
-    s.sight = judge_sight(run, batch, real_probs, probs[..., 0])
+        s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
+    s.natural_share = batch.lengths_t.float() / run.N
+    s.fresh = reward_metrics(s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N,
+                             float(s.natural_share.mean()))
+    s.ref_logps = None
     if reference and run.reference is not None:
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
     return s
+
+
+def model_scores(run, batch):
+    """The reward model's scores. A token judge rewards the completion's own positions; a pooled judge's one figure
+    is the reward. Each prompt's natural window is scored too: a pairwise judge's other half, and sight's."""
+    C, rt = run.C, run.rt
+    with torch.no_grad(), rt.ctx:
+        feats = run.reward_model.reward_features(batch.seqs)
+        probs = run.reward_model.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
+        real_feats = run.reward_model.reward_features(batch.real).float()
+    with torch.no_grad():
+        real_probs = run.reward_model.reward_head(real_feats)
+    judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
+    rewards = (judged * batch.generated).sum(1) / batch.generated.sum(1) if judged.dim() == 2 else p_natural
+    s = SimpleNamespace(feats=feats, judged=judged, rewards=rewards, p_natural=p_natural, real_feats=None,
+                        pair_acc=None, sight=judge_sight(run, batch, real_probs, probs[..., 0]))
+    if run.judge_loss_kind == 'pairwise':
+        s.real_feats = real_feats.repeat_interleave(C.num_generations, 0)
+        s.pair_acc = pair_accuracy(real_probs.repeat_interleave(C.num_generations, 0), probs)
+    return s
+
+
+def completion_texts(run, seqs, prompt_lengths):
+    """The text of each row from its prompt's end on: what the n-gram judge reads."""
+    return [run.tokenizer.decode(row[n:]) for row, n in zip(seqs.tolist(), np.asarray(prompt_lengths).tolist())]
+
+
+def ngram_scores(run, batch):
+    """The n-gram judge's P(natural) of each rollout's completion, the reward; its sight ranks each prompt's natural
+    continuation (the same positions of its natural window) against the rollouts."""
+    samples = completion_texts(run, batch.seqs, np.repeat(batch.lengths, run.C.num_generations))
+    natural = completion_texts(run, batch.real, batch.lengths)
+    p = torch.from_numpy(run.ngram.p_natural(samples)).float().to(run.rt.device)
+    return SimpleNamespace(texts=(natural, samples), feats=None, judged=p, rewards=p, p_natural=p, real_feats=None,
+                           pair_acc=None, sight=sight_auc(run.ngram.p_natural(natural), p.cpu().numpy()))
 
 
 def judge_sight(run, batch, real_probs, judged):
@@ -546,6 +591,8 @@ def update_judge(run, batch, s, step):
     C = run.C
     if not C.judge_update_interval:
         return None
+    if run.ngram:
+        return update_ngram_judge(run, s, step)
     labels = torch.stack([s.natural_share, 1 - s.natural_share], dim=1)
     if run.judge_loss_kind == 'binary':  # a whole rollout is synthetic, its prompt included
         labels = torch.stack([torch.zeros_like(s.natural_share), torch.ones_like(s.natural_share)], dim=1)
@@ -571,6 +618,23 @@ def update_judge(run, batch, s, step):
                                else 6 * run.head_params)
     return judge_update(run.judge_fn, run.judge_params, run.judge_opt, run.replay, C.judge_steps,
                         C.judge_batch_size, run.judge_loss_kind, run.judge_gen, run.rt)
+
+
+def update_ngram_judge(run, s, step):
+    """The n-gram judge's replay takes this step's texts (every rank's, so every rank fits the same judge): the
+    rollouts' completions, and natural text: the prompts' own continuations and judge_natural_windows more, cut
+    where a prompt of the same law would end. Every k steps it is refit from scratch on the replay; returns its log
+    loss there, or None on a step it does not refit."""
+    C = run.C
+    natural, samples = s.texts
+    if C.judge_natural_windows:
+        windows, lengths = sample_windows(run.train, C.judge_natural_windows, C.min_prompt_len, run.hi, run.N,
+                                          run.judge_rng)
+        natural = natural + completion_texts(run, torch.from_numpy(windows), lengths)
+    run.replay.append((gather_lists(natural, run.rt), gather_lists(samples, run.rt)))
+    if (step + 1) % C.judge_update_interval:
+        return None
+    return run.ngram.fit([t for r in run.replay for t in r[0]], [t for r in run.replay for t in r[1]])
 
 
 def log_row(run, step, lr, batch, s, u, times):
@@ -647,6 +711,7 @@ def save_state(run, step):
         reference=run.reference.state_dict() if run.reference is not None else None,
         judge=run.reward_model.state_dict() if judge_on else None, warmup=run.warmup,
         judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
+        ngram_fitted_on=run.ngram.fitted_on if run.ngram else None,
         replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen),
         judge_rng=run.judge_rng.bit_generator.state, history=run.history,
         ppl_start=run.ppl_start, referee_start=run.referee_start, judge_flops=run.judge_flops,
@@ -665,6 +730,10 @@ def restore_state(run, state):
         run.reward_model.load_state_dict(state['judge'])
         run.judge_opt.load_state_dict(state['judge_optimizer'])
         run.replay.extend(tuple(None if t is None else t.to(run.rt.device) for t in r) for r in state['replay'])
+    if run.ngram:  # its texts: refit on what it was fitted on, it is the same judge (the fit is deterministic)
+        run.replay.extend(tuple(r) for r in state['replay'])
+        if state['ngram_fitted_on'] is not None:
+            run.ngram.fit(*state['ngram_fitted_on'])
     set_rng_states(state['rng'], run.rng, run.gen, run.judge_gen)
     run.history, run.ppl_start, run.judge_flops = state['history'], state['ppl_start'], state['judge_flops']
     run.referee_start = state['referee_start']
@@ -689,7 +758,7 @@ def judge_warmup(run):
         batch = rollouts(run)
         s = score(run, batch, reference=False)  # no policy update: the reference's log-probs go unused
         loss = update_judge(run, batch, s, w)
-        run.judge_flops += rows * run.N * (run.policy.flops_per_token() + run.reward_model.flops_per_token())
+        run.judge_flops += rows * run.N * (run.policy.flops_per_token() + judge_flops_per_token(run))
         run.warmup.append(dict(step=w, judge_sight=all_reduce_mean(s.sight, rt), judge_loss=loss,
                                judge_r2=all_reduce_mean(s.fresh['r2'], rt)))
     if run.warmup and rt.master:
@@ -709,8 +778,9 @@ def start(run, state):
         os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
         with open(run.log_path, 'w') as f:
             f.writelines(json.dumps(row) + '\n' for row in run.history)
-        print(f"policy {C.policy_path} ({run.policy.get_num_params() / 1e6:.2f}M), reward model "
-              f"{C.reward_model_path}; {C.prompts_per_step} prompts x {C.num_generations} completions per step, "
+        judge = ('the n-gram judge (TF-IDF logistic regression, refit every '
+                 f'{C.judge_update_interval} steps)') if run.ngram else f"reward model {C.reward_model_path}"
+        print(f"policy {C.policy_path} ({run.policy.get_num_params() / 1e6:.2f}M), {judge}; {C.prompts_per_step} prompts x {C.num_generations} completions per step, "
               f"N={run.N}; val ppl ({run.ppl_tokens}) at start {run.ppl_start:.3f}"
               + (f"; resumed at step {first_step} from {run.state_path}" if state else '')
               + ('; judge OFF: constant reward, zero advantages' if C.judge_off else '')

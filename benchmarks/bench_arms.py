@@ -59,6 +59,11 @@ def arms(run):
     # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
     # 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
     co_trained_slow = co_trained + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
+    # a judge outside the GPT form that sees what the n-gram referee sees: fitted on 20 warm-up batches, refit every
+    # step on the last 16 (1,024 rollouts against 1,152 natural continuations); WINDOW_JUDGE keeps the cycle's reward
+    # model as the run it copies trained it, read on the new version as a GPT judge that did not play
+    ngram = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_warmup_steps=20',
+             '--grpo_judge_natural_windows=64', '--grpo_judge_replay=15']
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
@@ -78,6 +83,8 @@ def arms(run):
         'window_online_pure': ('whole-window judge co-trained online, no real text', WINDOW_JUDGE + co_trained),
         'window_online_slow_pure': ('whole-window judge co-trained online at judge lr 3e-5, no real text',
                                     WINDOW_JUDGE + co_trained_slow),
+        'ngram_online_pure': ("n-gram judge (the two-sample test's classifier) refit online, no real text",
+                              WINDOW_JUDGE + ngram),
     }
 
 
@@ -106,9 +113,14 @@ def verdict_cell(v, control):
 def arm_row(name, out, n, e, v):
     """One table row: cycle n of one arm's run, its judge and trainer, and the new version as the instruments and
     the verdict see it."""
-    trained = load_checkpoint(os.path.join(out, f'base_model_v{n + 1}.pt'))['metrics']
+    ckpt = load_checkpoint(os.path.join(out, f'base_model_v{n + 1}.pt'))
+    trained = ckpt['metrics']
     h = trained['history']
-    if os.path.exists(os.path.join(out, f'reward_model_v{n}.pt')) and 'reward' in h[0]:  # a GRPO cycle
+    if ckpt['config'].get('judge') == 'ngram':  # no network to read on crossovers: its sight on the rollouts
+        judge = (f"n-gram: sight on unseen rollouts {first_last(h, 'judge_sight')} | – | {first_last(h, 'reward')} | "
+                 f"{trained['final_kl']:.4f}")
+        seconds = sum(x[f'time_{k}'] for x in h for k in ('generation', 'scoring', 'update'))
+    elif os.path.exists(os.path.join(out, f'reward_model_v{n}.pt')) and 'reward' in h[0]:  # a GRPO cycle
         online = os.path.join(out, f'grpo_v{n}_judge.pt')
         q = judge_quality(online if os.path.exists(online) else os.path.join(out, f'reward_model_v{n}.pt'),
                           os.path.join(out, f'reward_data_v{n}'))

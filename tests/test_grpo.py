@@ -341,6 +341,73 @@ def test_a_binary_online_judge_learns_whole_rollouts_against_natural_windows(jud
     assert r.returncode == 2 and 'trained with loss=binary' in r.stderr and 'Traceback' not in r.stderr
 
 
+def test_an_ngram_judge_fitted_online_sees_the_policys_text(judge_case):
+    """--judge=ngram: no reward model; the two-sample test's classifier on the completions' text, fitted on warm-up
+    batches (unfitted, it says 0.5 to everything: sight exactly 0.5 on the first), then refit every step. On the
+    tests' learnable case (near-uniform characters) it sees every step's unseen rollouts, and its reward is what
+    it says: P(natural) of each completion. Misuse is a one-line error."""
+    d = judge_case
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram',
+                   f'--out_path={d / "ngram.pt"}', '--device=cpu', '--max_steps=4', '--learning_rate=0',
+                   '--eval_interval=100', '--prompts_per_step=8', '--num_generations=2', '--reward_threshold=2.0',
+                   '--judge_update_interval=1', '--judge_warmup_steps=2', '--judge_natural_windows=8')
+    assert r.returncode == 0, r.stderr[-3000:]
+    metrics = load_checkpoint(str(d / 'ngram.pt'))['metrics']
+    h, warmup = metrics['history'], metrics['judge_warmup']
+    assert warmup[0]['judge_sight'] == 0.5 and warmup[0]['judge_loss'] > 0
+    assert min(x['judge_sight'] for x in h) > 0.9 and all(x['judge_loss'] > 0 for x in h), h
+    assert all(x['reward'] < 0.5 for x in h)  # it says the policy's text is not natural
+    assert 'n-gram judge' in r.stdout and not (d / 'ngram_judge.pt').exists()
+    base = [f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram', f'--out_path={d / "x.pt"}', '--device=cpu']
+    for extra, says in ((['--judge_update_interval=1'], 'judge_warmup_steps'),
+                        (['--judge_update_interval=1', '--judge_warmup_steps=1',
+                          f'--reward_model_path={d / "blind.pt"}'], 'drop --reward_model_path'),
+                        (['--judge=gpt'], "judge must be 'model'")):
+        r = run_script('train_grpo.py', *base, *extra)
+        assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
+    assert not (d / 'x.pt').exists()
+
+
+def _ddp_ngram_fit(rank, world, port, texts, out):
+    """One rank of the n-gram judge check: it gathers every rank's texts and fits on them."""
+    import os
+    from contextlib import nullcontext
+    import torch.distributed as dist
+    from judge import NgramJudge
+    from runtime import Runtime, gather_lists
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world)
+    rt = Runtime('cpu', 'cpu', nullcontext(), torch.float32, ddp=True, rank=rank, world_size=world)
+    natural, samples = gather_lists(texts[rank][0], rt), gather_lists(texts[rank][1], rt)
+    judge = NgramJudge()
+    judge.fit(natural, samples)
+    torch.save(dict(natural=natural, p=torch.from_numpy(judge.p_natural(['the king is dead', 'zq xv qq']))),
+               f'{out}.{rank}')
+    dist.destroy_process_group()
+
+
+def test_the_ngram_judge_under_two_ranks_is_one_judge(tmp_path):
+    """Under torchrun every rank fits the n-gram judge on every rank's texts, joined in rank order: the ranks hold the
+    judge one process holds on the whole batch."""
+    import socket
+    import torch.multiprocessing as mp
+    from judge import NgramJudge
+    texts = [(['the king is here', 'my lord the queen'], ['zq xv qq', 'kqz zzv']),
+             (['and so the king said', 'good my lord'], ['vvq zx', 'qqq xzq'])]
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_ngram_fit, args=(2, port, texts, str(tmp_path / 'rank')), nprocs=2)
+    ranks = [torch.load(tmp_path / f'rank.{r}', weights_only=True) for r in range(2)]
+    one = NgramJudge()
+    one.fit(texts[0][0] + texts[1][0], texts[0][1] + texts[1][1])
+    assert ranks[0]['natural'] == ranks[1]['natural'] == texts[0][0] + texts[1][0]
+    expected = torch.from_numpy(one.p_natural(['the king is dead', 'zq xv qq']))
+    torch.testing.assert_close(ranks[0]['p'], expected, rtol=0, atol=0)
+    torch.testing.assert_close(ranks[1]['p'], expected, rtol=0, atol=0)
+    assert expected[0] > 0.5 > expected[1]
+
+
 def test_within_group_share_of_the_reward_spread():
     from train_grpo import within_group_share
     assert within_group_share(torch.tensor([0.1, 0.9, 0.1, 0.9]), 2) == pytest.approx(1.0)  # all within groups
@@ -452,7 +519,7 @@ def test_judge_off_zeroes_the_policy_gradient(tmp_path, known_answer_run, char_c
     assert not same_weights(tmp_path / 'off_nll.pt', char_ckpt)
 
 
-@pytest.mark.parametrize('judge', ['head', 'trunk'])
+@pytest.mark.parametrize('judge', ['head', 'trunk', 'ngram'])
 def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, monkeypatch, judge):
     """A run killed right after its resume state was written (step 3 of 7) and restarted with --resume=True ends
     with the same policy, online judge and log as the run that was never stopped: policy, optimizer, reference,
@@ -466,6 +533,9 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
             '--judge_learning_rate=1e-2', '--nll_weight=1.0', '--num_iterations=2', '--resume=True']
     if judge == 'trunk':  # the whole judge trains, on replayed token ids, after warm-up batches
         args += ['--judge_unfreeze_layers=-1', '--judge_warmup_steps=2', '--judge_natural_windows=4']
+    if judge == 'ngram':  # no reward model: the n-gram judge, refit from its texts on resume
+        args = [a for a in args if not a.startswith(('--reward_model_path', '--judge_steps', '--judge_learning'))] \
+            + ['--judge=ngram', '--judge_warmup_steps=2', '--judge_natural_windows=4']
     whole = d / f'whole_{judge}.pt'
     r = run_script('train_grpo.py', *args, f'--out_path={whole}')
     assert r.returncode == 0, r.stderr[-2000:]
@@ -482,7 +552,8 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
     assert r.returncode == 0 and 'resumed at step 3' in r.stdout, r.stderr[-2000:]
     assert not (tmp_path / 'cut_resume.pt').exists()
     assert same_weights(whole, tmp_path / 'cut.pt')
-    assert same_weights(d / f'whole_{judge}_judge.pt', tmp_path / 'cut_judge.pt')
+    if judge != 'ngram':  # the n-gram judge is no checkpoint: the rewards in the logs below are its verdicts
+        assert same_weights(d / f'whole_{judge}_judge.pt', tmp_path / 'cut_judge.pt')
     steps = lambda p: [(x['step'], x['reward'], x['loss']) for x in map(json.loads, open(p))]  # noqa: E731
     assert steps(d / f'whole_{judge}_log.jsonl') == steps(tmp_path / 'cut_log.jsonl')
     # a state written with other settings is not continued
