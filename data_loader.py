@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from fractions import Fraction
 
 import numpy as np
 
@@ -81,12 +82,26 @@ def read_text(path):
     return text
 
 
-def encode_splits(text, tokenizer, train_split=0.9):
-    """Split the text at train_split of its characters (contiguous, like nanoGPT) and encode both halves."""
-    n = int(len(text) * train_split)
-    train_ids = np.array(tokenizer.encode(text[:n]), dtype=np.uint16)
-    val_ids = np.array(tokenizer.encode(text[n:]), dtype=np.uint16)
-    return train_ids, val_ids
+def split_text(text, train_split=0.9, split_block=0):
+    """(train text, val text). split_block=0: the last 1 - train_split of the characters are val (contiguous, like
+    nanoGPT; on a corpus of whole works, val then holds works train never shows). split_block=B: blocks of B
+    characters, a share 1 - train_split of them spread evenly through the text, are val, so val comes from the same
+    works as train; each split joins its blocks, so a window may span a seam (one in B / block_size windows)."""
+    if not split_block:
+        n = int(len(text) * train_split)
+        return text[:n], text[n:]
+    blocks = [text[i:i + split_block] for i in range(0, len(text), split_block)]
+    # block i is val when the running count of val blocks, (i + 1) * share, steps up at it; exact arithmetic (in
+    # floats 1 - 0.9 is 0.0999..., which would put the tenth block in train)
+    share = Fraction(1 - train_split).limit_denominator(10 ** 6)
+    val = [int((i + 1) * share) > int(i * share) for i in range(len(blocks))]
+    return (''.join(b for b, v in zip(blocks, val) if not v), ''.join(b for b, v in zip(blocks, val) if v))
+
+
+def encode_splits(text, tokenizer, train_split=0.9, split_block=0):
+    """Split the text (split_text) and encode both parts."""
+    return tuple(np.array(tokenizer.encode(part), dtype=np.uint16)
+                 for part in split_text(text, train_split, split_block))
 
 
 def write_atomic(path, write):
@@ -100,7 +115,7 @@ def write_atomic(path, write):
             os.remove(tmp)
 
 
-def prepare_dataset(method, out_dir, input_path=None, train_split=0.9):
+def prepare_dataset(method, out_dir, input_path=None, train_split=0.9, split_block=0):
     """Write input.txt, train.bin, val.bin (uint16) and, for char, meta.pkl into out_dir."""
     import pickle
     text = read_text(input_path) if input_path else default_corpus_text()
@@ -116,7 +131,7 @@ def prepare_dataset(method, out_dir, input_path=None, train_split=0.9):
     else:
         tokenizer = TokenizationManager('bpe')
     write_atomic(os.path.join(out_dir, 'input.txt'), lambda p: open(p, 'w', encoding='utf-8').write(text))
-    train_ids, val_ids = encode_splits(text, tokenizer, train_split)
+    train_ids, val_ids = encode_splits(text, tokenizer, train_split, split_block)
     print(f"train has {len(train_ids):,} tokens")
     print(f"val has {len(val_ids):,} tokens")
     write_atomic(os.path.join(out_dir, 'train.bin'), train_ids.tofile)
@@ -130,10 +145,15 @@ def prepare_main(method, out_dir):
     parser = argparse.ArgumentParser(description=f"Prepare {method} train.bin/val.bin in {out_dir}")
     parser.add_argument('--input', default=None, help="any UTF-8 text file instead of the default corpus (no network)")
     parser.add_argument('--train_split', type=float, default=0.9)
+    parser.add_argument('--split_block', type=int, default=0, help="0: val is the text's last part (nanoGPT's); B: "
+                        "val is blocks of B characters spread through the text, from the same works as train")
+    parser.add_argument('--out_dir', default=out_dir, help="where to write (default: this script's folder)")
     args = parser.parse_args()
     if not 0 < args.train_split < 1:
         raise UserError(f"--train_split must be in (0, 1), got {args.train_split}")
-    prepare_dataset(method, out_dir, args.input, args.train_split)
+    if args.split_block < 0:
+        raise UserError(f"--split_block must be >= 0 (0: the contiguous split), got {args.split_block}")
+    prepare_dataset(method, args.out_dir, args.input, args.train_split, args.split_block)
 
 
 def _check_tokens(tokens, name, vocab_size, block_size):
@@ -156,7 +176,7 @@ def _memmap_tokens(path):
 
 
 def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, tokenization='auto',
-                      meta_path=None, train_split=0.9, block_size=None):
+                      meta_path=None, train_split=0.9, block_size=None, split_block=0):
     """
     (train_tokens, val_tokens, TokenizationInfo) as uint16 arrays, from a text file (split and encoded exactly as
     the prepare scripts do, so the splits are the base model's) or from train.bin/val.bin (memory-mapped).
@@ -164,7 +184,7 @@ def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, 
     source = data_path if input_mode == 'text' else train_bin
     tokenizer = TokenizationManager(tokenization, meta_path, os.path.dirname(os.path.abspath(source)))
     if input_mode == 'text':
-        train, val = encode_splits(read_text(data_path), tokenizer, train_split)
+        train, val = encode_splits(read_text(data_path), tokenizer, train_split, split_block)
         names = (f"the train split of {data_path}", f"the val split of {data_path}")
     else:
         train, val = _memmap_tokens(train_bin), _memmap_tokens(val_bin)

@@ -47,6 +47,8 @@ def parse_args(argv):
     p.add_argument('--meta_path', help="meta.pkl for char tokenization")
     p.add_argument('--output_dir', default=d.output_dir)
     p.add_argument('--train_split', type=float, default=d.train_split, help="text mode: share of the text for train")
+    p.add_argument('--split_block', type=int, default=d.split_block,
+                   help="text mode: the prepare scripts' --split_block (0: the contiguous split)")
     p.add_argument('--samples_per_chunk', type=int, default=d.samples_per_chunk, help="samples per block, each its own K")
     p.add_argument('--temperature', type=float, default=d.temperature)
     p.add_argument('--top_k', type=lambda s: None if s == 'None' else int(s), default=d.top_k)
@@ -163,7 +165,7 @@ def main(argv):
     model = GPT.from_checkpoint(ckpt, device=rt.device)
     N = cfg.block_size or model.config.block_size
     train, val, tok_info = load_token_splits(cfg.input_mode, cfg.data_path, cfg.train_bin, cfg.val_bin,
-                                             cfg.tokenization, cfg.meta_path, cfg.train_split, N)
+                                             cfg.tokenization, cfg.meta_path, cfg.train_split, N, cfg.split_block)
     TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(tok_info, cfg.model_path, 'the data')
     tmp_dir = f"{cfg.output_dir.rstrip(os.sep)}.partial"
     if rt.master:

@@ -24,6 +24,7 @@ class RewardDataConfig:
     meta_path: Optional[str] = None
     output_dir: str = 'data/reward_dataset'
     train_split: float = 0.9
+    split_block: int = 0  # text mode: the prepare scripts' --split_block (0: contiguous)
     samples_per_chunk: int = 10
     temperature: float = 1.0
     top_k: Optional[int] = None
@@ -84,6 +85,8 @@ class RewardDataConfig:
             bad("--meta_path does not belong to --tokenization bpe", "drop --meta_path, or use --tokenization char")
         if self.meta_path and not os.path.isfile(self.meta_path):
             bad(f"meta file not found: {self.meta_path}", "pass the meta.pkl written by the char prepare.py")
+        if self.split_block < 0:
+            bad(f"--split_block must be >= 0, got {self.split_block}", "use the --split_block the data was prepared with")
         if not 0 < self.train_split < 1:
             bad(f"--train_split must be in (0, 1), got {self.train_split}", "use e.g. --train_split 0.9 (the prepare scripts' split)")
         if not self.temperature > 0:

@@ -24,6 +24,30 @@ def test_char_prepare_layout_and_split(char_data, tiny_text_file):
     assert ''.join(meta['itos'][i] for i in val[:50]) == text[n:n + 50]
 
 
+def test_an_interleaved_split_spreads_val_blocks_through_the_text(tmp_path, tiny_text_file):
+    """--split_block B: val is every tenth block of B characters, spread through the text (so it comes from the same
+    works as train), each character in exactly one split, in order; the prepare CLI writes it where --out_dir says,
+    and text-mode reward data splits a raw text the same way."""
+    text = open(tiny_text_file).read()
+    train, val = data_loader.split_text(text, 0.9, 1000)
+    blocks = [text[i:i + 1000] for i in range(0, len(text), 1000)]
+    assert val == ''.join(blocks[9::10]) and train == ''.join(b for i, b in enumerate(blocks) if i % 10 != 9)
+    assert data_loader.split_text(text, 0.9, 0) == (text[:int(len(text) * 0.9)], text[int(len(text) * 0.9):])
+    r = run_script('data/shakespeare_char/prepare.py', '--input', tiny_text_file, '--split_block', '1000',
+                   '--out_dir', str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    meta = pickle.load(open(tmp_path / 'meta.pkl', 'rb'))
+    decoded = ''.join(meta['itos'][i] for i in np.fromfile(tmp_path / 'val.bin', dtype=np.uint16))
+    assert decoded == val
+    got_train, got_val, _ = data_loader.load_token_splits('text', data_path=tiny_text_file, meta_path=str(tmp_path / 'meta.pkl'),
+                                                          tokenization='char', split_block=1000)
+    assert ''.join(meta['itos'][i] for i in got_val) == val and len(got_train) == len(train)
+    r = run_script('data/shakespeare_char/prepare.py', '--input', tiny_text_file, '--split_block', '-1',
+                   '--out_dir', str(tmp_path / 'bad'))
+    assert r.returncode != 0 and 'split_block' in r.stderr and 'Traceback' not in r.stderr
+    assert not (tmp_path / 'bad').exists()
+
+
 def test_bpe_prepare(bpe_data, tiny_text_file):
     text = open(tiny_text_file).read()
     train = np.fromfile(os.path.join(bpe_data, 'train.bin'), dtype=np.uint16)

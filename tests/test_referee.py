@@ -112,3 +112,34 @@ def test_matched_temperature_carries_blindness_and_the_two_sample_auc():
     assert m['temperature'] == pytest.approx(0.9) and m['c2st_auc'] == pytest.approx(0.8) and m['fresh_judge_blind']
     assert [w for w, _ in m['c2st_parts']] == pytest.approx([0.5, 0.5])
     assert not matched_temperature(sweep, 0.5)['fresh_judge_blind']  # read from the T = 0.8 end only
+
+
+def test_the_split_benchmark_reads_a_val_split_of_other_words_as_shifted(tmp_path, char_ckpt, char_data):
+    """benchmarks/bench_referee_split.py on a corpus split by position whose val part uses other words than its train
+    part (as the corpus' last plays have other names): natural train against natural val reads far apart with no
+    model at all, two draws of natural val read alike, and every figure it writes is an AUC or a rate."""
+    import json
+    import pickle
+    import shutil
+    from conftest import WORDS, run_script
+    meta = pickle.load(open(f'{char_data}/meta.pkl', 'rb'))
+    shutil.copy(f'{char_data}/meta.pkl', tmp_path / 'meta.pkl')
+
+    def write(split, words, n_chars, seed):
+        rng = random.Random(seed)
+        text = ''
+        while len(text) < n_chars:
+            text += f"{rng.choice(['KING', 'LORD'])}:\n{' '.join(rng.choice(words) for _ in range(6)).capitalize()}.\n\n"
+        np.array([meta['stoi'][c] for c in text[:n_chars]], dtype=np.uint16).tofile(tmp_path / f'{split}.bin')
+    write('train', WORDS[:18], 12000, 0)
+    write('val', WORDS[18:], 6000, 1)
+    r = run_script('benchmarks/bench_referee_split.py', '--model', char_ckpt, '--dataset', str(tmp_path),
+                   '--num_samples', '60', '--json', str(tmp_path / 'split.json'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.load(open(tmp_path / 'split.json'))
+    c2st = {k: v['c2st_auc'] for k, v in figures['c2st'].items()}
+    assert c2st['train_vs_val'] > 0.9 and c2st['val_vs_val'] < 0.75, c2st
+    assert all(0 <= v <= 1 for v in c2st.values()) and figures['unknown_word_rate']['natural_val'] > 0.5
+    assert figures['unknown_word_rate']['natural_train'] == 0
+    assert all(0 <= v['auc'] <= 1 for v in figures['ngram_judge_sight'].values())
+    assert '| train_vs_val |' in r.stdout
