@@ -35,7 +35,7 @@ from data_loader import resolve_data_dir  # noqa: E402
 from evaluate import train_words, unknown_word_rate  # noqa: E402
 from judge import NgramJudge, sight_auc, sight_auc_sd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
-from tokenization_manager import TokenizationManager  # noqa: E402
+from tokenization_manager import TokenizationInfo, TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, continuation_texts, eval_windows, two_sample_test  # noqa: E402
 
 
@@ -60,8 +60,11 @@ def main():
     p.add_argument('--json', default='', help='also write the figures here')
     a = p.parse_args()
     ckpt = load_checkpoint(a.model)
-    model, tok = GPT.from_checkpoint(ckpt).eval(), TokenizationManager.from_info(ckpt['tokenization'])
+    model = GPT.from_checkpoint(ckpt).eval()
     data_dir = resolve_data_dir(a.dataset or ckpt.get('config', {}).get('dataset', ''))
+    tok = TokenizationManager('auto', data_dir=data_dir)  # the dataset's own meta.pkl: the checkpoint may have moved
+    TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(TokenizationInfo.from_dict(tok.info()),
+                                                                     a.model, data_dir)
     split = {s: np.memmap(os.path.join(data_dir, f'{s}.bin'), dtype=np.uint16, mode='r') for s in ('train', 'val')}
     n, N, t0 = a.num_samples, model.config.block_size, time.time()
     gen = torch.Generator().manual_seed(a.seed)
