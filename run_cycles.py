@@ -321,7 +321,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
     referee = [f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}'] \
         if C.grpo_referee_samples else []  # the referee over the game reads a frozen judge's game too
     judge = [f'--reward_model_path={reward_model}'] if C.grpo_judge == 'model' else [f'--judge={C.grpo_judge}']
-    return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', *judge, f'--dataset={data_dir}', f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
+    return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', *judge, f'--dataset={data_dir}',
+            f'--out_path={out_path}', f'--max_steps={C.grpo_max_steps}',
             f'--prompts_per_step={C.grpo_prompts_per_step}', f'--num_generations={C.grpo_num_generations}',
             f'--learning_rate={C.grpo_learning_rate}', f'--beta={C.grpo_beta}',
             f'--num_iterations={C.grpo_num_iterations}', f'--scale_rewards={scale_rewards or C.grpo_scale_rewards}',

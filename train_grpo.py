@@ -780,7 +780,8 @@ def start(run, state):
             f.writelines(json.dumps(row) + '\n' for row in run.history)
         judge = ('the n-gram judge (TF-IDF logistic regression, refit every '
                  f'{C.judge_update_interval} steps)') if run.ngram else f"reward model {C.reward_model_path}"
-        print(f"policy {C.policy_path} ({run.policy.get_num_params() / 1e6:.2f}M), {judge}; {C.prompts_per_step} prompts x {C.num_generations} completions per step, "
+        print(f"policy {C.policy_path} ({run.policy.get_num_params() / 1e6:.2f}M), {judge}; "
+              f"{C.prompts_per_step} prompts x {C.num_generations} completions per step, "
               f"N={run.N}; val ppl ({run.ppl_tokens}) at start {run.ppl_start:.3f}"
               + (f"; resumed at step {first_step} from {run.state_path}" if state else '')
               + ('; judge OFF: constant reward, zero advantages' if C.judge_off else '')

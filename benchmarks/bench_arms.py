@@ -59,7 +59,7 @@ def arms(run):
     # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
     # 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
     co_trained_slow = co_trained + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
-    # a judge outside the GPT form that sees what the n-gram referee sees: fitted on 20 warm-up batches, refit every
+    # a judge outside the GPT form, the n-gram referee's own classifier: fitted on 20 warm-up batches, refit every
     # step on the last 16 (1,024 rollouts against 1,152 natural continuations); WINDOW_JUDGE keeps the cycle's reward
     # model as the run it copies trained it, read on the new version as a GPT judge that did not play
     ngram = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_warmup_steps=20',

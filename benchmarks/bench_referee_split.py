@@ -18,7 +18,8 @@ and the sight of the n-gram judge (judge.NgramJudge) fitted as the GPT judges ar
 windows against the generator's continuations of other train prompts, read on the referee's texts (where the GPT
 judges' sight is read) and on the in-domain texts; and the unknown-word rate (evaluate.py's) of natural val and
 natural train text. With --reward_model, that GPT judge's sight (its P(natural) of the whole window, as
-evaluate.py reads it) on the same two sets of texts, beside the n-gram judge's. Every text is 8 natural prompt tokens cut from its window's start, as evaluate.py cuts them.
+evaluate.py reads it) on the same two sets of texts, beside the n-gram judge's. Every text is its window without the
+8 natural prompt tokens at its start, as evaluate.py cuts them.
 """
 import argparse
 import json
@@ -93,9 +94,9 @@ def main():
             x, y = p_natural(rm, nat_w), p_natural(rm, sam_w)
             gpt_sight[name] = (sight_auc(x, y), sight_auc_sd(x, y, a.seed))
     known = train_words(data_dir)
-    unknown = {'natural_val': unknown_word_rate(natural_val, known), 'natural_train': unknown_word_rate(natural_train, known),
-               'samples_of_val_prompts': unknown_word_rate(referee_samples, known),
-               'samples_of_train_prompts': unknown_word_rate(train_samples, known)}
+    unknown = {name: unknown_word_rate(texts, known) for name, texts in (
+        ('natural_val', natural_val), ('natural_train', natural_train), ('samples_of_val_prompts', referee_samples),
+        ('samples_of_train_prompts', train_samples))}
     print(f"{a.model}: {n} texts a side, {N - PROMPT_LEN} tokens each, seed {a.seed}; {time.time() - t0:.0f} s\n")
     print('| two-sample test | AUC ± sd |\n|---|---|')
     for name, r in c2st.items():
@@ -111,7 +112,8 @@ def main():
         out = dict(model=os.path.abspath(a.model), num_samples=n, seed=a.seed, unknown_word_rate=unknown,
                    c2st={k: {f: v[f] for f in ('c2st_auc', 'c2st_auc_sd', 'c2st_auc_ci')} for k, v in c2st.items()},
                    ngram_judge_sight={k: dict(auc=s, sd=sd) for k, (s, sd) in sight.items()},
-                   reward_model=a.reward_model, gpt_judge_sight={k: dict(auc=s, sd=sd) for k, (s, sd) in gpt_sight.items()})
+                   reward_model=a.reward_model,
+                   gpt_judge_sight={k: dict(auc=s, sd=sd) for k, (s, sd) in gpt_sight.items()})
         with open(a.json + '.tmp', 'w') as f:
             json.dump(out, f, indent=1)
         os.replace(a.json + '.tmp', a.json)

@@ -39,8 +39,8 @@ def test_an_interleaved_split_spreads_val_blocks_through_the_text(tmp_path, tiny
     meta = pickle.load(open(tmp_path / 'meta.pkl', 'rb'))
     decoded = ''.join(meta['itos'][i] for i in np.fromfile(tmp_path / 'val.bin', dtype=np.uint16))
     assert decoded == val
-    got_train, got_val, _ = data_loader.load_token_splits('text', data_path=tiny_text_file, meta_path=str(tmp_path / 'meta.pkl'),
-                                                          tokenization='char', split_block=1000)
+    got_train, got_val, _ = data_loader.load_token_splits('text', data_path=tiny_text_file, tokenization='char',
+                                                          meta_path=str(tmp_path / 'meta.pkl'), split_block=1000)
     assert ''.join(meta['itos'][i] for i in got_val) == val and len(got_train) == len(train)
     r = run_script('data/shakespeare_char/prepare.py', '--input', tiny_text_file, '--split_block', '-1',
                    '--out_dir', str(tmp_path / 'bad'))
