@@ -81,21 +81,22 @@ def detect_method(meta_path=None, data_dir=None):
 
 class TokenizationManager:
 
-    def __init__(self, method='auto', meta_path=None, data_dir=None):
+    def __init__(self, method='auto', meta_path=None, data_dir=None, itos=None):
         if method not in ('auto', 'bpe', 'char'):
             raise ValueError(f"tokenization method must be 'auto', 'bpe' or 'char', got {method!r}")
         if method == 'auto':
-            method = detect_method(meta_path, data_dir)
-        if method == 'char' and meta_path is None:
+            method = 'char' if itos is not None else detect_method(meta_path, data_dir)
+        if method == 'char' and meta_path is None and itos is None:
             if data_dir is None:
                 raise ValueError("char tokenization needs meta_path (or data_dir holding meta.pkl)")
             meta_path = os.path.join(data_dir, 'meta.pkl')
         self.method = method
         if method == 'char':
-            self.meta_path = os.path.abspath(meta_path)
-            meta = load_meta(self.meta_path)
-            self.stoi, self.itos = meta['stoi'], meta['itos']
-            self.vocab_size = meta['vocab_size']
+            # a checkpoint's own vocabulary (itos) decodes wherever the checkpoint is moved; its meta_path may not exist
+            self.meta_path = os.path.abspath(meta_path) if meta_path else None
+            meta = load_meta(self.meta_path) if itos is None else {'itos': dict(itos), 'vocab_size': len(itos)}
+            self.itos, self.vocab_size = meta['itos'], meta['vocab_size']
+            self.stoi = {c: i for i, c in self.itos.items()}
         else:
             self.meta_path = None
             self.enc = gpt2_encoding()
@@ -103,11 +104,15 @@ class TokenizationManager:
 
     @classmethod
     def from_info(cls, info):
-        """From the tokenization dict that checkpoints and reward datasets store."""
-        return cls(method=info['method'], meta_path=info.get('meta_path'))
+        """From the tokenization dict that checkpoints store (a char checkpoint written before its vocabulary was
+        stored in it reads its meta.pkl path)."""
+        return cls(method=info['method'], meta_path=info.get('meta_path'), itos=info.get('itos'))
 
     def info(self):
-        return {'method': self.method, 'vocab_size': self.vocab_size, 'meta_path': self.meta_path}
+        info = {'method': self.method, 'vocab_size': self.vocab_size, 'meta_path': self.meta_path}
+        if self.method == 'char':
+            info['itos'] = dict(self.itos)
+        return info
 
     def encode(self, text):
         if self.method == 'bpe':
@@ -132,18 +137,23 @@ class TokenizationInfo:
     method: str
     vocab_size: int
     meta_path: Optional[str] = None
+    itos: Optional[dict] = None  # a char vocabulary, where the record carries one
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d['method'], int(d['vocab_size']), d.get('meta_path'))
+        return cls(d['method'], int(d['vocab_size']), d.get('meta_path'), d.get('itos'))
 
     def to_dict(self):
         return asdict(self)
 
     def differences(self, other):
-        """What makes two tokenizations incompatible (method, vocab size); meta paths may legitimately differ."""
-        return [f"{name}: {getattr(self, name)!r} vs {getattr(other, name)!r}"
+        """What makes two tokenizations incompatible (method, vocab size, and the characters where both records
+        carry them); meta paths may legitimately differ."""
+        diff = [f"{name}: {getattr(self, name)!r} vs {getattr(other, name)!r}"
                 for name in ('method', 'vocab_size') if getattr(self, name) != getattr(other, name)]
+        if not diff and None not in (self.itos, other.itos) and self.itos != other.itos:
+            diff.append("characters: the same vocabulary size, other characters")
+        return diff
 
     def check_compatible(self, other, this='this', that='that'):
         diff = self.differences(other)

@@ -368,6 +368,28 @@ def test_an_ngram_judge_fitted_online_sees_the_policys_text(judge_case):
     assert not (d / 'x.pt').exists()
 
 
+@pytest.mark.parametrize('judge', ['trunk', 'ngram'])
+def test_online_judges_under_torchrun_see_the_policys_text(tmp_path, judge_case, judge):
+    """The judges that learn during the game, end to end under two gloo ranks (each rank half the prompts): the
+    judge learns from every rank's rollouts and sees them on the learnable case, as in one process."""
+    d = judge_case
+    args = [f'--policy_path={d / "gen" / "ckpt.pt"}', f'--out_path={tmp_path / "p.pt"}', '--device=cpu',
+            '--backend=gloo', '--learning_rate=0', '--eval_interval=100', '--prompts_per_step=8',
+            '--num_generations=2', '--reward_threshold=2.0', '--judge_update_interval=1']
+    if judge == 'trunk':
+        args += [f'--reward_model_path={d / "blind.pt"}', '--judge_steps=8', '--judge_learning_rate=3e-3',
+                 '--judge_batch_size=32', '--judge_unfreeze_layers=-1', '--judge_warmup_steps=6',
+                 '--judge_natural_windows=8', '--max_steps=12', '--referee_samples=16']
+    else:
+        args += ['--judge=ngram', '--judge_warmup_steps=2', '--judge_natural_windows=8', '--max_steps=4']
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', 'train_grpo.py', *args,
+                   env={'OMP_NUM_THREADS': '1'})
+    assert r.returncode == 0, r.stderr[-3000:]
+    h = load_checkpoint(str(tmp_path / 'p.pt'))['metrics']['history']
+    assert np.mean([x['judge_sight'] for x in h[-4:]]) > 0.8, [x['judge_sight'] for x in h]
+    assert all(x['judge_loss'] > 0 for x in h)
+
+
 def _ddp_ngram_fit(rank, world, port, texts, out):
     """One rank of the n-gram judge check: it gathers every rank's texts and fits on them."""
     import os

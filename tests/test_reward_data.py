@@ -8,7 +8,7 @@ from conftest import prepare_reward, run_script
 from data_loader import load_token_splits
 from model import GPT
 from reward_data_config import RewardDataConfig
-from tokenization_manager import TokenizationInfo
+from tokenization_manager import TokenizationInfo, TokenizationManager
 from reward_dataset_loader import RewardDataset, create_reward_dataloaders
 from configurator import UserError
 
@@ -210,7 +210,8 @@ def test_data_loader_rejections(tmp_path, char_data):
         load_token_splits('binary', train_bin=os.path.join(char_data, 'train.bin'), val_bin=str(big),
                           meta_path=os.path.join(char_data, 'meta.pkl'), block_size=8)
     train, val, info = load_token_splits('text', data_path=os.path.join(char_data, 'input.txt'))
-    assert info == TokenizationInfo('char', info.vocab_size, os.path.join(char_data, 'meta.pkl'))
+    assert (info.method, info.meta_path) == ('char', os.path.join(char_data, 'meta.pkl'))
+    assert info.itos == TokenizationManager('char', data_dir=char_data).itos  # the vocabulary travels with it
     assert np.array_equal(train, np.fromfile(os.path.join(char_data, 'train.bin'), dtype=np.uint16))
 
 

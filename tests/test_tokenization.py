@@ -3,7 +3,7 @@ import pickle
 
 import pytest
 
-from tokenization_manager import TokenizationManager
+from tokenization_manager import TokenizationInfo, TokenizationManager
 
 
 def test_bpe_offline_gpt2():
@@ -28,6 +28,17 @@ def test_char_round_trip_and_unknown_character(tmp_path):
     assert tok.vocab_size == 5 and tok.info()['method'] == 'char'
     with pytest.raises(ValueError, match=r"'z' at position 2"):
         tok.encode("abz!")
+
+
+def test_a_char_vocabulary_travels_in_its_record(tmp_path):
+    tok = TokenizationManager('char', meta_path=write_meta(tmp_path / 'meta.pkl'))
+    os.remove(tmp_path / 'meta.pkl')  # the record's own characters, not the file, decode
+    moved = TokenizationManager.from_info(tok.info())
+    assert moved.decode(tok.encode("cab a")) == "cab a" and moved.vocab_size == 5
+    same_size = TokenizationManager('char', meta_path=write_meta(tmp_path / 'other.pkl', chars='xyz \n'))
+    mine, other = TokenizationInfo.from_dict(tok.info()), TokenizationInfo.from_dict(same_size.info())
+    assert other.differences(mine) == ['characters: the same vocabulary size, other characters']
+    assert other.differences(TokenizationInfo('char', 5)) == []  # a record without characters (reward data's)
 
 
 def test_auto_detection(tmp_path):

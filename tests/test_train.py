@@ -92,6 +92,21 @@ def test_sample_uses_checkpoint_tokenization(char_ckpt):
     assert r2.stdout == r.stdout  # seeded
 
 
+def test_a_moved_char_checkpoint_samples_with_its_own_vocabulary(tmp_path, char_ckpt):
+    """A char checkpoint carries its vocabulary: with its meta.pkl gone (the data deleted, the checkpoint copied to
+    another machine) it samples as one written before it carried it, which reads its meta.pkl, does."""
+    ckpt = torch.load(char_ckpt, weights_only=True)
+    assert sorted(ckpt['tokenization']['itos']) == list(range(ckpt['tokenization']['vocab_size']))
+    moved, old = tmp_path / 'moved.pt', tmp_path / 'old.pt'
+    gone = str(tmp_path / 'gone' / 'meta.pkl')
+    torch.save({**ckpt, 'tokenization': {**ckpt['tokenization'], 'meta_path': gone}}, moved)
+    torch.save({**ckpt, 'tokenization': {k: v for k, v in ckpt['tokenization'].items() if k != 'itos'}}, old)
+    args = ['--start=KING:', '--num_samples=2', '--max_new_tokens=40', '--device=cpu']
+    r_moved, r_old = (run_script('sample.py', f'--ckpt_path={p}', *args) for p in (moved, old))
+    assert r_moved.returncode == 0 and r_old.returncode == 0, r_moved.stderr[-2000:] + r_old.stderr[-2000:]
+    assert r_moved.stdout.startswith('KING:') and r_moved.stdout == r_old.stdout
+
+
 def test_bpe_checkpoint_trains_and_samples(bpe_ckpt):
     ckpt = load_checkpoint(bpe_ckpt)
     assert ckpt['tokenization'] == {'method': 'bpe', 'vocab_size': 50257, 'meta_path': None}
