@@ -5,7 +5,7 @@ text by its names and subjects before any model writes a word, and a generator t
 val prompts with train-split names. Side by side in one run, on one generator:
 
   python benchmarks/bench_referee_split.py --model runs/.../base_model_v1.pt [--dataset data/shakespeare_char]
-      [--num_samples 1000] [--seed 1337] [--reward_model RM.pt] [--json out.json]
+      [--num_samples 1000] [--seed 1337] [--judge_samples N] [--reward_model RM.pt] [--json out.json]
 
 the two-sample AUC (two_sample.py: 5 folds, pooled out-of-fold scores, bootstrap sd over texts) of
   val_vs_val      natural val windows against disjoint natural val windows, those the referee's prompts are cut
@@ -14,11 +14,11 @@ the two-sample AUC (two_sample.py: 5 folds, pooled out-of-fold scores, bootstrap
   referee         the generator's continuations of val prompts against natural val windows (evaluate.py's reading)
   in_domain       its continuations of train prompts against natural train windows (the same test where the
                   generator's training text lives; it has seen those windows, so this is a lower bound)
-and the sight of the n-gram judge (judge.NgramJudge) fitted as the GPT judges are, on num_samples natural train
-windows against the generator's continuations of other train prompts, read on the referee's texts (where the GPT
-judges' sight is read) and on the in-domain texts; and the unknown-word rate (evaluate.py's) of natural val and
-natural train text. With --reward_model, that GPT judge's sight (its P(natural) of the whole window, as
-evaluate.py reads it) on the same two sets of texts, beside the n-gram judge's. Every text is its window without the
+and the sight of the n-gram judge (judge.NgramJudge) fitted as the GPT judges are, on num_samples (or
+judge_samples) natural train windows against the generator's continuations of other train prompts, read on the
+referee's texts (where the GPT judges' sight is read) and on the in-domain texts; and the unknown-word rate
+(evaluate.py's) of natural val and natural train text. With --reward_model, that GPT judge's sight (its P(natural)
+of the whole window, as evaluate.py reads it) on the same two sets of texts, beside the n-gram judge's. Every text is its window without the
 8 natural prompt tokens at its start, as evaluate.py cuts them.
 """
 import argparse
@@ -57,6 +57,8 @@ def main():
     p.add_argument('--dataset', default='', help="folder with train.bin/val.bin (default: the checkpoint's own)")
     p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--seed', type=int, default=1337)
+    p.add_argument('--judge_samples', type=int, default=0, help="texts a side the n-gram judge is fitted on "
+                   "(default: num_samples; another count draws other in-domain texts, the referee's stay)")
     p.add_argument('--reward_model', default='', help="a GPT judge (reward model) to read on the same texts")
     p.add_argument('--json', default='', help='also write the figures here')
     a = p.parse_args()
@@ -72,8 +74,9 @@ def main():
     # val: evaluate.py's windows (the natural reference, and the windows its prompts are cut from: natural val text
     # too, disjoint from the reference, the known answer's other side)
     val_ref, val_prompts = eval_windows(split['val'], n, N, a.seed)
-    # train: 2 x (reference, prompts): one pair for the in-domain test, one to fit the n-gram judge
-    train_ref, train_prompts = eval_windows(split['train'], 2 * n, N, a.seed)
+    # train: (reference, prompts) for the in-domain test, and more to fit the n-gram judge
+    n_fit = a.judge_samples or n
+    train_ref, train_prompts = eval_windows(split['train'], n + n_fit, N, a.seed)
     natural_val, referee_samples, val_seqs, _ = continuation_texts(model, tok, val_ref, val_prompts, 1.0, None, gen)
     natural_train, train_samples, train_seqs, _ = continuation_texts(model, tok, train_ref[:n], train_prompts[:n], 1.0,
                                                                      None, gen)
@@ -102,14 +105,14 @@ def main():
     for name, r in c2st.items():
         print(f"| {name} | {r['c2st_auc']:.3f} ± {r['c2st_auc_sd']:.3f} |")
     print(f"\n| judge, read on | referee texts: sight ± sd | in-domain texts |\n|---|---|---|")
-    for label, figures in ((f'n-gram, fitted on {n} + {n} train-domain texts', sight), (a.reward_model, gpt_sight)):
+    for label, figures in ((f'n-gram, fitted on {n_fit} + {n_fit} train-domain texts', sight), (a.reward_model, gpt_sight)):
         if figures:
             print(f"| {label} | " + ' | '.join(f"{s:.3f} ± {sd:.3f}" for s, sd in figures.values()) + ' |')
     print('\n| unknown-word rate of | rate |\n|---|---|')
     for name, r in unknown.items():
         print(f"| {name} | {100 * r:.1f}% |")
     if a.json:
-        out = dict(model=os.path.abspath(a.model), num_samples=n, seed=a.seed, unknown_word_rate=unknown,
+        out = dict(model=os.path.abspath(a.model), num_samples=n, judge_samples=n_fit, seed=a.seed, unknown_word_rate=unknown,
                    c2st={k: {f: v[f] for f in ('c2st_auc', 'c2st_auc_sd', 'c2st_auc_ci')} for k, v in c2st.items()},
                    ngram_judge_sight={k: dict(auc=s, sd=sd) for k, (s, sd) in sight.items()},
                    reward_model=a.reward_model,

@@ -134,7 +134,7 @@ def test_the_split_benchmark_reads_a_val_split_of_other_words_as_shifted(tmp_pat
     write('train', WORDS[:18], 12000, 0)
     write('val', WORDS[18:], 6000, 1)
     r = run_script('benchmarks/bench_referee_split.py', '--model', char_ckpt, '--dataset', str(tmp_path),
-                   '--num_samples', '60', '--json', str(tmp_path / 'split.json'))
+                   '--num_samples', '60', '--judge_samples', '30', '--json', str(tmp_path / 'split.json'))
     assert r.returncode == 0, r.stderr[-2000:]
     figures = json.load(open(tmp_path / 'split.json'))
     c2st = {k: v['c2st_auc'] for k, v in figures['c2st'].items()}
@@ -142,4 +142,4 @@ def test_the_split_benchmark_reads_a_val_split_of_other_words_as_shifted(tmp_pat
     assert all(0 <= v <= 1 for v in c2st.values()) and figures['unknown_word_rate']['natural_val'] > 0.5
     assert figures['unknown_word_rate']['natural_train'] == 0
     assert all(0 <= v['auc'] <= 1 for v in figures['ngram_judge_sight'].values())
-    assert '| train_vs_val |' in r.stdout
+    assert '| train_vs_val |' in r.stdout and figures['judge_samples'] == 30 and 'fitted on 30 + 30' in r.stdout
