@@ -18,8 +18,8 @@ and the sight of the n-gram judge (judge.NgramJudge) fitted as the GPT judges ar
 judge_samples) natural train windows against the generator's continuations of other train prompts, read on the
 referee's texts (where the GPT judges' sight is read) and on the in-domain texts; and the unknown-word rate
 (evaluate.py's) of natural val and natural train text. With --reward_model, that GPT judge's sight (its P(natural)
-of the whole window, as evaluate.py reads it) on the same two sets of texts, beside the n-gram judge's. Every text is its window without the
-8 natural prompt tokens at its start, as evaluate.py cuts them.
+of the whole window, as evaluate.py reads it) on the same two sets of texts, beside the n-gram judge's. Every text
+is its window without the 8 natural prompt tokens at its start, as evaluate.py cuts them.
 """
 import argparse
 import json
@@ -105,14 +105,16 @@ def main():
     for name, r in c2st.items():
         print(f"| {name} | {r['c2st_auc']:.3f} ± {r['c2st_auc_sd']:.3f} |")
     print(f"\n| judge, read on | referee texts: sight ± sd | in-domain texts |\n|---|---|---|")
-    for label, figures in ((f'n-gram, fitted on {n_fit} + {n_fit} train-domain texts', sight), (a.reward_model, gpt_sight)):
+    for label, figures in ((f'n-gram, fitted on {n_fit} + {n_fit} train-domain texts', sight),
+                           (a.reward_model, gpt_sight)):
         if figures:
             print(f"| {label} | " + ' | '.join(f"{s:.3f} ± {sd:.3f}" for s, sd in figures.values()) + ' |')
     print('\n| unknown-word rate of | rate |\n|---|---|')
     for name, r in unknown.items():
         print(f"| {name} | {100 * r:.1f}% |")
     if a.json:
-        out = dict(model=os.path.abspath(a.model), num_samples=n, judge_samples=n_fit, seed=a.seed, unknown_word_rate=unknown,
+        out = dict(model=os.path.abspath(a.model), num_samples=n, judge_samples=n_fit, seed=a.seed,
+                   unknown_word_rate=unknown,
                    c2st={k: {f: v[f] for f in ('c2st_auc', 'c2st_auc_sd', 'c2st_auc_ci')} for k, v in c2st.items()},
                    ngram_judge_sight={k: dict(auc=s, sd=sd) for k, (s, sd) in sight.items()},
                    reward_model=a.reward_model,
