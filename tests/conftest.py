@@ -35,6 +35,16 @@ def run_script(*args, env=None, timeout=600):
                           env=full_env)
 
 
+def spawn_two_ranks(fn, *args):
+    """Run fn(rank, 2, port, *args) in two processes that meet at a free local port (gloo tests without torchrun)."""
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    mp.spawn(fn, args=(2, port, *args), nprocs=2)
+
+
 @pytest.fixture(scope='session')
 def tiny_text_file(tmp_path_factory):
     path = tmp_path_factory.mktemp('text') / 'tiny.txt'

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import run_script, spawn_two_ranks
 from model import GPT, load_checkpoint
 from policy import completion_mask, sample_prompts
 from train_grpo import group_advantages, grpo_loss, token_advantages_of
@@ -411,15 +411,10 @@ def _ddp_ngram_fit(rank, world, port, texts, out):
 def test_the_ngram_judge_under_two_ranks_is_one_judge(tmp_path):
     """Under torchrun every rank fits the n-gram judge on every rank's texts, joined in rank order: the ranks hold the
     judge one process holds on the whole batch."""
-    import socket
-    import torch.multiprocessing as mp
     from judge import NgramJudge
     texts = [(['the king is here', 'my lord the queen'], ['zq xv qq', 'kqz zzv']),
              (['and so the king said', 'good my lord'], ['vvq zx', 'qqq xzq'])]
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    mp.spawn(_ddp_ngram_fit, args=(2, port, texts, str(tmp_path / 'rank')), nprocs=2)
+    spawn_two_ranks(_ddp_ngram_fit, texts, str(tmp_path / 'rank'))
     ranks = [torch.load(tmp_path / f'rank.{r}', weights_only=True) for r in range(2)]
     one = NgramJudge()
     one.fit(texts[0][0] + texts[1][0], texts[0][1] + texts[1][1])
@@ -651,8 +646,6 @@ def test_two_gloo_ranks_compute_what_one_process_computes(tmp_path):
     """Two ranks whose rewards differ in scale: 'batch' scaling divides by the std of every rank's rewards pooled
     (TRL gathers them), and 'dapo' by the global token count over the world size, so advantages, the logged loss
     and the averaged gradient equal one process's on the whole batch."""
-    import socket
-    import torch.multiprocessing as mp
     from contextlib import nullcontext
     from runtime import Runtime, all_reduce_mean, global_sum
     g = torch.Generator().manual_seed(0)
@@ -661,10 +654,7 @@ def test_two_gloo_ranks_compute_what_one_process_computes(tmp_path):
     generated = (torch.arange(12)[None, :] >= lengths[:, None]).float()
     case = dict(rewards=rewards, judged=torch.rand(16, 12, generator=g), generated=generated,
                 logps=-torch.rand(16, 11, generator=g), old=-torch.rand(16, 11, generator=g))
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    mp.spawn(_ddp_advantages_and_dapo, args=(2, port, case, str(tmp_path / 'rank')), nprocs=2)
+    spawn_two_ranks(_ddp_advantages_and_dapo, case, str(tmp_path / 'rank'))
     ranks = [torch.load(tmp_path / f'rank.{r}', weights_only=True) for r in range(2)]
     one = grpo_batch_figures(case, Runtime('cpu', 'cpu', nullcontext(), torch.float32), slice(0, 16), global_sum,
                              all_reduce_mean)
@@ -706,16 +696,11 @@ def test_online_trunk_judge_under_two_ranks_takes_the_mean_gradient(tmp_path):
     """Two gloo ranks, each training the online judge's whole network on its own rollouts, end with one judge: the
     one a single process gets by stepping on the mean of the two ranks' losses (rows drawn as each rank draws them).
     SGD, so that a sum in place of the mean would show."""
-    import socket
-    import torch.multiprocessing as mp
     from judge import judge_loss
     g = torch.Generator().manual_seed(1)
     replays = [(torch.randint(11, (10, 8), generator=g), torch.tensor([[0.25, 0.75]]).repeat(10, 1)),
                (torch.randint(11, (10, 8), generator=g), torch.tensor([[1.0, 0.0]]).repeat(10, 1))]
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    mp.spawn(_ddp_judge_update, args=(2, port, replays, str(tmp_path / 'rank')), nprocs=2)
+    spawn_two_ranks(_ddp_judge_update, replays, str(tmp_path / 'rank'))
     ranks = [torch.load(tmp_path / f'rank.{r}', weights_only=True) for r in range(2)]
     judge, judge_fn, opt = _tiny_trunk_judge()
     start = {k: v.clone() for k, v in judge.state_dict().items()}

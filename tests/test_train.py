@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_MODEL, run_script, train_tiny
+from conftest import TINY_MODEL, run_script, spawn_two_ranks, train_tiny
 from model import GPT, evaluate_perplexity, load_checkpoint
 
 
@@ -79,6 +79,33 @@ def test_ddp_two_processes_gloo(tmp_path, char_data):
                    '--compile=False', env={'OMP_NUM_THREADS': '1'})
     assert r.returncode != 0 and 'AssertionError' not in r.stderr
     assert 'must divide by the 2 processes' in r.stderr and '--gradient_accumulation_steps=2' in r.stderr
+
+
+def _close_after_rank0_writes(rank, world, port, marker):
+    """One rank of the shutdown check: rank 0 is slow to finish (as when it writes the checkpoint); rank 1 notes
+    whether rank 0 had finished by the time its own close() returned."""
+    import time
+    from contextlib import nullcontext
+    import torch.distributed as dist
+    from runtime import Runtime
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world)
+    rt = Runtime('cpu', 'cpu', nullcontext(), torch.float32, ddp=True, rank=rank, world_size=world)
+    if rank == 0:
+        time.sleep(1.5)
+        open(marker, 'w').close()
+    rt.close()
+    if rank == 1:
+        with open(f'{marker}.seen_by_1', 'w') as f:
+            f.write(str(os.path.exists(marker)))
+
+
+def test_no_rank_leaves_the_process_group_before_the_others(tmp_path):
+    """Runtime.close() waits for every rank: a rank that tore down its gloo connections while rank 0 still wrote its
+    outputs aborted now and then (CI, the torchrun GRPO test)."""
+    marker = str(tmp_path / 'rank0_finished')
+    spawn_two_ranks(_close_after_rank0_writes, marker)
+    assert open(f'{marker}.seen_by_1').read() == 'True'
 
 
 def test_sample_uses_checkpoint_tokenization(char_ckpt):
