@@ -57,6 +57,7 @@ dropout = 0.0  # base v1 and the MLE control (nanoGPT's shakespeare_char recipe 
 base_max_iters = 600
 base_learning_rate = 2e-3
 base_eval_interval = 100
+base_eval_iters = 20  # batches per split at each evaluation of base v1 and the MLE control (nanoGPT's eval_iters)
 base_patience = 3  # base v1 and the MLE control stop after this many evaluations without a val-loss gain of
 base_min_delta = 0.002  # at least this, and keep their best checkpoint
 base_select_tokens = 0  # >0: both select on the last this many train tokens, held out of their training, not on val
@@ -396,7 +397,7 @@ def main(argv):
         + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge: same manifests
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
                   f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
-                  '--beta2=0.99', '--eval_iters=20',
+                  '--beta2=0.99', f'--eval_iters={C.base_eval_iters}',
                   '--log_interval=100', '--ppl_max_tokens=50000', f'--compile={C.compile}', f'--device={C.device}']
 
     def train_stage(name, output, inputs, extra, log):

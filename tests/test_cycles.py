@@ -175,12 +175,13 @@ def test_bpe_cycle_runs_every_stage(tmp_path, bpe_data):
     The controls are the same stages on other checkpoints (train.py from a checkpoint, GRPO, evaluate), run on BPE by
     test_train and here, and as controls by the char cycle tests."""
     out = tmp_path / 'bpe'
-    stdout = cycles(out, bpe_data, '--num_cycles=1', '--block_size=24', '--eval_num_samples=8',
+    stdout = cycles(out, bpe_data, '--num_cycles=1', '--block_size=24', '--eval_num_samples=8', '--base_eval_iters=2',
                     '--control_temperatures=1.0', '--controls=False', '--judge_seeds=1')
     assert 'finished: num_cycles (1)' in stdout
     for name in ('base_model_v2.pt', 'eval_v1.json', 'eval_v2.json', 'reward_model_v1.pt'):
         assert (out / name).exists(), name
     assert load_checkpoint(str(out / 'base_model_v2.pt'))['tokenization']['method'] == 'bpe'
+    assert load_checkpoint(str(out / 'base_model_v1.pt'))['config']['eval_iters'] == 2
     e = json.loads((out / 'eval_v2.json').read_text())[0]
     assert 0 <= e['unknown_word_rate'] <= 1 and e['val_perplexity'] > 1 and e['fresh_judge_n'] == 1
     assert 0 <= e['c2st_auc'] <= 1 and 'mauve' in e
@@ -297,7 +298,7 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs."""
     out = tmp_path / 'spin'
     stdout = cycles(out, char_data, '--num_cycles=2', '--trainer=spin', '--spin_max_steps=3', '--spin_batch_size=4',
-                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--tensorboard_log=True')
+                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--judge_seeds=1', '--tensorboard_log=True')
     assert 'finished: num_cycles (2)' in stdout
     assert not any(s.startswith(('cycle 1: reward', 'cycle 1: GRPO')) for s in stages_run(stdout))
     assert 'cycle 2: SPIN -> base v3' in stages_run(stdout)
