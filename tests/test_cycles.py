@@ -295,10 +295,13 @@ def test_stage_peak_memory_is_the_childs_own():
 
 def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_data):
     """trainer='spin': no judge stages; SPIN writes each new base (cycle 2 playing partly against base v1), every
-    version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs."""
+    version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs.
+    base_select_tokens (any trainer): base v1 and the MLE control both keep the checkpoint that the last N train
+    tokens choose, held out of their training, so val chooses nothing; the verdict and report say so."""
     out = tmp_path / 'spin'
     stdout = cycles(out, char_data, '--num_cycles=2', '--trainer=spin', '--spin_max_steps=3', '--spin_batch_size=4',
-                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--judge_seeds=1', '--tensorboard_log=True')
+                    '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--judge_seeds=1', '--tensorboard_log=True',
+                    '--base_select_tokens=2000')
     assert 'finished: num_cycles (2)' in stdout
     assert not any(s.startswith(('cycle 1: reward', 'cycle 1: GRPO')) for s in stages_run(stdout))
     assert 'cycle 2: SPIN -> base v3' in stages_run(stdout)
@@ -312,6 +315,11 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     assert v['cycle_flops'] == load_checkpoint(str(out / 'base_model_v2.pt'))['metrics']['flops']
     report = (out / 'report.md').read_text()
     assert '(SPIN)' in report and 'held-out margin' in report and 'Cycle 2 verdict' in report
+    assert 'best loss on the last 2,000 train tokens, held out of training' in report
+    for name in ('base_model_v1.pt', 'mle_v2.pt', 'mle_v3.pt'):
+        ckpt = load_checkpoint(str(out / name))
+        assert ckpt['config']['select_tokens'] == 2000 and ckpt['best_val_loss'] == ckpt['metrics']['select_loss']
+    assert v['mle_select_tokens'] == 2000
     assert_consistent(out)
     # tracking on: each trainer stage its own TensorBoard folder under the run's, with the trainer's own keys
     from test_tracking import tensorboard_scalars
@@ -347,22 +355,6 @@ def test_the_referee_over_the_game_reaches_frozen_and_online_judges_alike():
         assert '--referee_samples=200' in cmd and f'--referee_seed={C.seed}' in cmd
         assert ('--judge_update_interval=1' in cmd) == (online == '1')
     assert not any(a.startswith('--referee') for a in grpo_cmd(configure(DEFAULTS, []), 'b', 'r', 'd', 'o', 1))
-
-
-def test_base_and_mle_control_select_on_held_out_train_tokens(cycle_run, char_data, tmp_path):
-    """base_select_tokens: base v1 and the MLE control both keep the checkpoint that the last N train tokens choose,
-    held out of their training, so val chooses nothing; the verdict and report say so."""
-    out = tmp_path / 'run'
-    shutil.copytree(cycle_run[0], out)
-    stdout = cycles(out, char_data, '--num_cycles=1', '--base_select_tokens=2000', '--control_temperatures=1.0',
-                    '--judge_seeds=1')
-    assert stages_run(stdout)[0] == 'base v1'
-    for name in ('base_model_v1.pt', 'mle_v2.pt'):
-        ckpt = load_checkpoint(str(out / name))
-        assert ckpt['config']['select_tokens'] == 2000 and ckpt['best_val_loss'] == ckpt['metrics']['select_loss']
-    v = json.loads((out / 'verdict_v1.json').read_text())
-    assert v['mle_select_tokens'] == 2000
-    assert 'best loss on the last 2,000 train tokens, held out of training' in (out / 'report.md').read_text()
 
 
 def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
