@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_MODEL, run_script, spawn_two_ranks, train_tiny
+from conftest import ROOT, TINY_MODEL, run_script, spawn_two_ranks, train_tiny
 from model import GPT, evaluate_perplexity, load_checkpoint
 
 
@@ -106,6 +106,30 @@ def test_no_rank_leaves_the_process_group_before_the_others(tmp_path):
     marker = str(tmp_path / 'rank0_finished')
     spawn_two_ranks(_close_after_rank0_writes, marker)
     assert open(f'{marker}.seen_by_1').read() == 'True'
+
+
+RANK_THAT_LEAVES_A_THREAD_RUNNING = '''
+import sys, threading, time
+from configurator import UserError, run_cli
+def main(argv):
+    threading.Thread(target=time.sleep, args=(3600,)).start()  # stands in for gloo's workers still busy at exit
+    print('outputs written', end='')
+    if argv:
+        raise UserError('bad value: use another')
+run_cli(main)
+'''
+
+
+@pytest.mark.parametrize('argv, code', [([], 0), (['--bad'], 2)])
+def test_a_torchrun_rank_ends_without_interpreter_teardown(tmp_path, argv, code):
+    """Under torchrun run_cli ends the process once main is done, without waiting on threads or finalizing the
+    interpreter (where gloo's busy workers aborted a rank now and then: the CI failure of the torchrun tests). Its
+    buffered output still arrives and its exit code stands. Without the early exit this run never ends."""
+    script = tmp_path / 'rank.py'
+    script.write_text(RANK_THAT_LEAVES_A_THREAD_RUNNING)
+    r = run_script(str(script), *argv, env={'RANK': '1', 'PYTHONPATH': str(ROOT)}, timeout=60)
+    assert r.returncode == code and r.stdout == 'outputs written'
+    assert ('error: bad value: use another' in r.stderr) == bool(code)
 
 
 def test_sample_uses_checkpoint_tokenization(char_ckpt):
