@@ -62,6 +62,11 @@ def config_defaults(namespace):
             if not k.startswith('_') and (v is None or isinstance(v, (int, float, bool, str)))}
 
 
+def launched_by_torchrun():
+    """torchrun sets RANK for every process it starts."""
+    return int(os.environ.get('RANK', -1)) != -1
+
+
 def run_cli(main):
     """Run main(argv); user errors become 'error: ...' on stderr and exit code 2.
 
@@ -79,7 +84,7 @@ def run_cli(main):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
-    if 'RANK' in os.environ:
+    if launched_by_torchrun():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

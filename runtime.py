@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from configurator import UserError
+from configurator import UserError, launched_by_torchrun
 from data_loader import file_sha256
 from model import save_atomic
 
@@ -62,7 +62,7 @@ class Runtime:
 
 def setup_runtime(device='auto', backend='auto', dtype='auto', seed=1337):
     device = resolve_device(device)
-    ddp = int(os.environ.get('RANK', -1)) != -1
+    ddp = launched_by_torchrun()
     rank = local_rank = 0
     world_size = 1
     if ddp:

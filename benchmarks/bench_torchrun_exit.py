@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from tqdm import tqdm
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RANK_SCRIPT = '''
@@ -57,21 +59,20 @@ def main():
     parser.add_argument('--busy', type=int, default=1, help='busy processes beside the runs')
     args = parser.parse_args()
     busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(args.busy)]
-    counts = {'run_cli (os._exit)': 0, 'finalization': 0}
+    counts = {'run_cli': 0, 'finalization': 0}  # keys: the rank script's ENDING
     try:
         with tempfile.TemporaryDirectory() as tmp:
             script = os.path.join(tmp, 'rank.py')
             with open(script, 'w') as f:
                 f.write(RANK_SCRIPT)
-            from tqdm import tqdm
             for _ in tqdm(range(args.tries), desc='tries'):
                 for ending in counts:  # alternated: the machine's load drifts alike for both
-                    counts[ending] += aborted(script, 'finalization' if ending == 'finalization' else 'run_cli')
+                    counts[ending] += aborted(script, ending)
     finally:
         for p in busy:
             p.kill()
     for ending, n in counts.items():
-        print(f"{ending:>20}: {n} of {args.tries} tries aborted")
+        print(f"{ending:>12}: {n} of {args.tries} tries aborted")
 
 
 if __name__ == '__main__':
