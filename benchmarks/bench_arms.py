@@ -50,6 +50,10 @@ WINDOW_JUDGE = ['--reward_crossover_k=8', '--reward_samples_per_chunk=1', '--rew
                 '--reward_max_epochs=5', '--reward_max_iters=100000']
 
 
+# the recipe on 30,000 windows: the GPT judge that reaches 0.90 sight on the default base v1's samples
+JUDGE_30K = ['--reward_max_blocks=30000', '--reward_eval_interval=200']
+
+
 def arms(run):
     """Arm -> (its label, its run_cycles.py overrides on top of the default config and SEED_DESIGN)."""
     online_token = ['--grpo_judge_update_interval=1', '--reward_pooling=token']
@@ -78,10 +82,13 @@ def arms(run):
         'window': ('whole-window judge (every weight trained, 10k windows x 5 epochs) + real text', WINDOW_JUDGE
                    + ['--grpo_nll_weight=1.0']),
         'window_pure': ('whole-window judge, no real text', WINDOW_JUDGE),
-        # the same recipe on 30,000 windows, 84% of the char train split: on the default base v1 it reads the base's
-        # samples at 0.904-0.921 over 3 seeds, the referee's own 0.920 (docs/judges.md); frozen, as 'window'
-        'window30k': ('whole-window judge on 30k windows + real text', WINDOW_JUDGE
-                      + ['--reward_max_blocks=30000', '--grpo_nll_weight=1.0']),
+        # the same recipe on 30,000 windows, 84% of the char train split, evaluated every 200 steps as measured: on the
+        # default base v1 it reads the base's samples at 0.904-0.921 over 3 seeds (docs/judges.md); frozen, as 'window'
+        'window30k': ('whole-window judge on 30k windows + real text', WINDOW_JUDGE + JUDGE_30K
+                      + ['--grpo_nll_weight=1.0']),
+        # co-trained at the rate that keeps a judge's sight (3e-5), with real text: the issue's seeing judge online
+        'window30k_online_slow': ('whole-window judge on 30k windows co-trained online at judge lr 3e-5 + real text',
+                                  WINDOW_JUDGE + JUDGE_30K + co_trained_slow + ['--grpo_nll_weight=1.0']),
         'window_online': ('whole-window judge co-trained online (every weight, 64 natural windows a step) + real text',
                           WINDOW_JUDGE + co_trained + ['--grpo_nll_weight=1.0']),
         'window_online_pure': ('whole-window judge co-trained online, no real text', WINDOW_JUDGE + co_trained),
