@@ -347,6 +347,10 @@ def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
             '--judge_args=' + judge_recipe, *extra]
 
 
+# evaluate.py reduced to the judge's sight: no perplexity, MAUVE, fresh judges or two-sample test
+SIGHT_ONLY = ['--no_ppl', '--no_mauve', '--judge_seeds', '0', '--c2st_folds', '0']
+
+
 def prepared_data(C, logs):
     """The dataset folder (absolute), prepared by its own prepare.py when missing, and its files."""
     data_dir = data_path(C.dataset)
@@ -388,13 +392,6 @@ def main(argv):
                 after(partials)
         pipe.stage(name, outputs, inputs, args, build)
 
-    # one reward-model recipe for the cycle's judges
-    reward_recipe = [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
-                     f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
-                     f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
-                     f'--eval_interval={C.reward_eval_interval}'] \
-        + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else []) \
-        + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge: same manifests
     train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
                   f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
                   '--beta2=0.99', f'--eval_iters={C.base_eval_iters}',
@@ -469,8 +466,12 @@ def main(argv):
                          f'reward_data_v{n}.log')
             trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
             script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
-                         reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe),
+                         reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe(C)),
                          f'reward_model_v{n}.log')
+            # the judge's sight before the game: base v{n}'s own samples on the two-sample windows (the same samples
+            # as eval_v{n}'s), beside its sight on the new base after it; the pair says whether the policy fooled it
+            evaluate_stage(f'cycle {n}: judge sight on base v{n}', path(f'sight_v{n}.json'), base, f'sight_v{n}.log',
+                           extra=['--reward_model', rm, *SIGHT_ONLY], inputs=[rm])
             grpo_stage(n, f'cycle {n}: GRPO -> base v{n + 1}', new, 'grpo')
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
                            extra=['--reward_model', rm], inputs=[rm])
@@ -483,6 +484,16 @@ def main(argv):
             break
     write_report(out, C, pipe.current)
     print(f"finished: {stop_reason}; report {os.path.join(out, 'report.md')}")
+
+
+def reward_recipe(C):
+    """The one reward-model recipe of the cycle's judges (train_reward_model.py options)."""
+    return [f'--max_iters={C.reward_max_iters}', f'--reward_head_hidden_dim={C.reward_head_hidden_dim}',
+            f'--reward_pooling={C.reward_pooling}', f'--unfreeze_layers={C.reward_unfreeze_layers}',
+            f'--learning_rate={C.reward_learning_rate}', f'--batch_size={C.reward_batch_size}',
+            f'--eval_interval={C.reward_eval_interval}'] \
+        + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else []) \
+        + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge: same manifests
 
 
 def select_args(C):
@@ -568,6 +579,8 @@ def collect(out, current):
         c['sweep'] = [versions[n - 1]] + (load_json(have[f'sweep_v{n}.json']) if f'sweep_v{n}.json' in have else [])
         if f'verdict_v{n}.json' in have:
             c['verdict'] = load_json(have[f'verdict_v{n}.json'])
+        if f'sight_v{n}.json' in have:
+            c['sight_before'] = load_json(have[f'sight_v{n}.json'])[0]
         cycles.append(c)
     return versions, cycles
 
@@ -668,7 +681,8 @@ def write_report(out, C, current):
              f"from the natural reference windows. ↑/↓: which way is closer to natural text. How to read it: "
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
     lines += [point_row(f"v{e['version']}", e) for e in versions]
-    lines += ['', '| cycle | judge test R² | judge boundary err | judge sight on the new base (AUC, two-sample windows) | '
+    lines += ['', '| cycle | judge test R² | judge boundary err | judge sight (AUC, two-sample windows) on the cycle\'s '
+              'base → on the new base | '
               "GRPO reward first 10 → last 10 steps | judge boundary err on each step's unseen rollouts, first 10 → "
               "last 10 | judge sight on each step's unseen rollouts (AUC), first 10 → last 10 | raw group std of "
               "rewards | saved policy KL | stopped by |", '|---|---|---|---|---|---|---|---|---|---|']
@@ -680,7 +694,9 @@ def write_report(out, C, current):
                          f"{fmt(g['start']['heldout_margin'])} → {fmt(h[-1]['heldout_margin'])} | – | – | – | – | "
                          f"{g['stop_reason']} |")
             continue
+        before = c.get('sight_before', {})
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
+                     f"{fmt(before.get('judge_sight_auc'), '.3f', before.get('judge_sight_auc_sd'))} → "
                      f"{fmt(c['arm'].get('judge_sight_auc'), '.3f', c['arm'].get('judge_sight_auc_sd'))} | "
                      + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | {first_last(h, 'judge_sight')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "

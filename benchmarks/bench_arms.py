@@ -136,6 +136,9 @@ def arm_row(name, out, n, e, v):
         q = judge_quality(online if os.path.exists(online) else os.path.join(out, f'reward_model_v{n}.pt'),
                           os.path.join(out, f'reward_data_v{n}'))
         pair = f" / {q['pair_accuracy']:.3f}" if 'pair_accuracy' in q else ''
+        sight = os.path.join(out, f'sight_v{n}.json')  # the offline judge on base v{n}'s samples -> the new base's
+        if os.path.exists(sight) and 'judge_sight_auc' in e:
+            pair += f"; sight {json.load(open(sight))[0]['judge_sight_auc']:.3f} → {e['judge_sight_auc']:.3f}"
         judge = (f"{q['r2']:.3f} / {q['boundary_error']:.1f}{pair} | {first_last(h, 'judge_boundary_error')} | "
                  f"{first_last(h, 'reward')} | {trained['final_kl']:.4f}")
         seconds = sum(x[f'time_{k}'] for x in h for k in ('generation', 'scoring', 'update'))
@@ -246,7 +249,8 @@ def main():
                 results.setdefault((name, n), []).append((e, v))
             print(f"{arm}, seed {seed}: done in {time.time() - t0:.0f} s", flush=True)
     print('\n| arm | cycle | its judge on held-out crossovers of the cycle\'s base: R² / boundary err (/ pair '
-          'accuracy) | judge boundary err on unseen rollouts, first 10 → last 10 | reward (SPIN: held-out margin) | KL | '
+          'accuracy; sight on the base → on the new version) | judge boundary err on unseen rollouts, first 10 → '
+          'last 10 | reward (SPIN: held-out margin) | KL | '
           'val ppl | fresh-judge boundary err (↑) | two-sample AUC (↓) | MAUVE | entropy | unknown words | '
           'vs MLE (boundary, two-sample, ppl) | vs temperature (same) | vs judge off (same) | trainer s |')
     print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')

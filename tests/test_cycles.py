@@ -80,7 +80,7 @@ TINY_CYCLE = ['--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--
               '--grpo_prompts_per_step=2', '--grpo_num_generations=4', '--eval_num_samples=16', '--judge_max_blocks=8',
               '--judge_max_iters=40', '--control_temperatures=0.8,1.0', '--device=cpu']
 ARTEFACTS = ('base_model_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v', 'sweep_v', 'verdict_v',
-             'judgeoff_v')
+             'judgeoff_v', 'sight_v')
 
 
 def cycles(out, data, *extra):
@@ -122,7 +122,7 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
         for name in (f'reward_data_v{n}', f'reward_model_v{n}.pt', f'base_model_v{n + 1}.pt', f'eval_v{n + 1}.json',
                      f'grpo_v{n}_log.jsonl', f'mle_v{n + 1}.pt', f'eval_mle_v{n + 1}.json', f'sweep_v{n}.json',
                      f'verdict_v{n}.json', f'judgeoff_v{n + 1}.pt', f'judgeoff_v{n}_log.jsonl',
-                     f'eval_judgeoff_v{n + 1}.json'):
+                     f'eval_judgeoff_v{n + 1}.json', f'sight_v{n}.json'):
             assert (out / name).exists(), name
     assert not list(out.glob('*.partial')) and not list(out.glob('*.work'))
     report = (out / 'report.md').read_text()
@@ -139,6 +139,11 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     assert 0 <= e['judge_sight_auc'] <= 1 and 'judge sight' in report  # the cycle's judge, on the c2st windows
     # and its spread over texts beside it in the report (0 where the tiny judge's scores all tie or never overlap)
     assert 0 <= e['judge_sight_auc_sd'] < 0.5 and f"{e['judge_sight_auc']:.3f} ± {e['judge_sight_auc_sd']:.3f}" in report
+    # the judge's sight before the game: on base v1's own evaluation samples (the same draw as eval_v1's), then on v2
+    before, v1 = json.loads((out / 'sight_v1.json').read_text())[0], json.loads((out / 'eval_v1.json').read_text())[0]
+    assert before['samples'] == v1['samples'] and 'c2st_auc' not in before and 'val_perplexity' not in before
+    assert (f"{before['judge_sight_auc']:.3f} ± {before['judge_sight_auc_sd']:.3f} → "
+            f"{e['judge_sight_auc']:.3f} ± {e['judge_sight_auc_sd']:.3f}") in report
     assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
     sweep = json.loads((out / 'sweep_v1.json').read_text())
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]
