@@ -369,9 +369,16 @@ def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
     from run_cycles import DEFAULTS
     monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
     import bench_arms
-    configs = [os.path.join(ROOT, 'config', f) for f in ('cycles_shakespeare_char.py', 'game_converged.py')]
-    for arm, (_, overrides) in bench_arms.arms('runs/x').items():
-        C = configure(DEFAULTS, configs + bench_arms.SEED_DESIGN + overrides + ['--trainer_seed=2000'])
-        assert C.trainer in ('grpo', 'spin'), arm
+    default = os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py')
+    for game in ('game_converged.py', 'game_interleaved.py', 'game_sighted.py'):  # the overlays the commands use
+        for arm, (_, overrides) in bench_arms.arms('runs/x').items():
+            C = configure(DEFAULTS, [default, os.path.join(ROOT, 'config', game)] + bench_arms.SEED_DESIGN + overrides
+                          + ['--trainer_seed=2000'])
+            assert C.trainer in ('grpo', 'spin'), arm
     slow = configure(DEFAULTS, bench_arms.arms('')['window_online_slow_pure'][1])
     assert slow.grpo_judge_learning_rate == 3e-5 and slow.grpo_judge_unfreeze_layers == -1 and not slow.grpo_nll_weight
+    # the judge that reaches 0.90: 30,000 windows, evaluated every 200 steps as measured; frozen, or co-trained slowly
+    frozen, online = (configure(DEFAULTS, bench_arms.arms('')[a][1]) for a in ('window30k', 'window30k_online_slow'))
+    assert frozen.reward_max_blocks == online.reward_max_blocks == 30000 and frozen.reward_eval_interval == 200
+    assert not frozen.grpo_judge_update_interval and online.grpo_judge_learning_rate == 3e-5
+    assert frozen.grpo_nll_weight == online.grpo_nll_weight == 1.0
