@@ -521,8 +521,10 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
     inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base, mle]
     if grpo:  # what the judge adds: the same GRPO run with its reward replaced by a constant
         grpo_stage(n, f'cycle {n}: judge-off control', off, 'judgeoff', judge_off=True)
+        # read by the cycle's judge too: how far its sight falls where no judge signal reached the policy
+        rm = path(f'reward_model_v{n}.pt')
         evaluate_stage(f'evaluate judge-off control v{n + 1}', path(f'eval_judgeoff_v{n + 1}.json'), off,
-                       f'eval_judgeoff_v{n + 1}.log')
+                       f'eval_judgeoff_v{n + 1}.log', extra=['--reward_model', rm], inputs=[rm])
         inputs.append(path(f'eval_judgeoff_v{n + 1}.json'))
     sweep = [t for t in temps if t != C.sample_temperature]
     if sweep:
@@ -591,6 +593,12 @@ def first_last(history, key):
         return '–'
     mean = lambda rows: sum(x[key] for x in rows) / len(rows)  # noqa: E731
     return f"{fmt(mean(history[:10]))} → {fmt(mean(history[-10:]))}"
+
+
+def off_sight(c):
+    """' (0.812 ± 0.006)': the cycle's judge on the judge-off control's samples, where that control was read by it"""
+    off = c.get('judge_off', {})
+    return f" ({fmt(off['judge_sight_auc'], '.3f', off.get('judge_sight_auc_sd'))})" if 'judge_sight_auc' in off else ''
 
 
 def point_row(label, e):
@@ -682,7 +690,7 @@ def write_report(out, C, current):
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
     lines += [point_row(f"v{e['version']}", e) for e in versions]
     lines += ['', '| cycle | judge test R² | judge boundary err | judge sight (AUC, two-sample windows) on the cycle\'s '
-              'base → on the new base | '
+              'base → on the new base (on the judge-off control) | '
               "GRPO reward first 10 → last 10 steps | judge boundary err on each step's unseen rollouts, first 10 → "
               "last 10 | judge sight on each step's unseen rollouts (AUC), first 10 → last 10 | raw group std of "
               "rewards | saved policy KL | stopped by |", '|---|---|---|---|---|---|---|---|---|---|']
@@ -697,7 +705,8 @@ def write_report(out, C, current):
         before = c.get('sight_before', {})
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
                      f"{fmt(before.get('judge_sight_auc'), '.3f', before.get('judge_sight_auc_sd'))} → "
-                     f"{fmt(c['arm'].get('judge_sight_auc'), '.3f', c['arm'].get('judge_sight_auc_sd'))} | "
+                     f"{fmt(c['arm'].get('judge_sight_auc'), '.3f', c['arm'].get('judge_sight_auc_sd'))}"
+                     f"{off_sight(c)} | "
                      + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | {first_last(h, 'judge_sight')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
                         f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – | – | – |'))

@@ -139,6 +139,9 @@ def arm_row(name, out, n, e, v):
         sight = os.path.join(out, f'sight_v{n}.json')  # the offline judge on base v{n}'s samples -> the new base's
         if os.path.exists(sight) and 'judge_sight_auc' in e:
             pair += f"; sight {json.load(open(sight))[0]['judge_sight_auc']:.3f} → {e['judge_sight_auc']:.3f}"
+            off = os.path.join(out, f'eval_judgeoff_v{n + 1}.json')  # and on the judge-off control's samples
+            if os.path.exists(off) and 'judge_sight_auc' in json.load(open(off))[0]:
+                pair += f" ({json.load(open(off))[0]['judge_sight_auc']:.3f})"
         judge = (f"{q['r2']:.3f} / {q['boundary_error']:.1f}{pair} | {first_last(h, 'judge_boundary_error')} | "
                  f"{first_last(h, 'reward')} | {trained['final_kl']:.4f}")
         seconds = sum(x[f'time_{k}'] for x in h for k in ('generation', 'scoring', 'update'))
@@ -249,7 +252,7 @@ def main():
                 results.setdefault((name, n), []).append((e, v))
             print(f"{arm}, seed {seed}: done in {time.time() - t0:.0f} s", flush=True)
     print('\n| arm | cycle | its judge on held-out crossovers of the cycle\'s base: R² / boundary err (/ pair '
-          'accuracy; sight on the base → on the new version) | judge boundary err on unseen rollouts, first 10 → '
+          'accuracy; sight on the base → on the new version (on the judge-off control)) | judge boundary err on unseen rollouts, first 10 → '
           'last 10 | reward (SPIN: held-out margin) | KL | '
           'val ppl | fresh-judge boundary err (↑) | two-sample AUC (↓) | MAUVE | entropy | unknown words | '
           'vs MLE (boundary, two-sample, ppl) | vs temperature (same) | vs judge off (same) | trainer s |')

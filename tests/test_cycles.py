@@ -142,8 +142,11 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     # the judge's sight before the game: on base v1's own evaluation samples (the same draw as eval_v1's), then on v2
     before, v1 = json.loads((out / 'sight_v1.json').read_text())[0], json.loads((out / 'eval_v1.json').read_text())[0]
     assert before['samples'] == v1['samples'] and 'c2st_auc' not in before and 'val_perplexity' not in before
+    # and on the judge-off control's samples: how far its sight falls where no judge signal reached the policy
+    off = json.loads((out / 'eval_judgeoff_v2.json').read_text())[0]
     assert (f"{before['judge_sight_auc']:.3f} ± {before['judge_sight_auc_sd']:.3f} → "
-            f"{e['judge_sight_auc']:.3f} ± {e['judge_sight_auc_sd']:.3f}") in report
+            f"{e['judge_sight_auc']:.3f} ± {e['judge_sight_auc_sd']:.3f} "
+            f"({off['judge_sight_auc']:.3f} ± {off['judge_sight_auc_sd']:.3f})") in report
     assert e['num_samples'] == 16 and e['fresh_judge_n'] == 3 and len(e['fresh_judge_runs']) == 3
     sweep = json.loads((out / 'sweep_v1.json').read_text())
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]
@@ -342,7 +345,8 @@ def test_whole_window_judge_knobs_reach_the_judge_stages(cycle_run, char_data, t
     shutil.copytree(cycle_run[0], out)
     stdout = cycles(out, char_data, '--num_cycles=1', '--controls=False', '--reward_crossover_k=4',
                     '--reward_loss=binary', '--reward_max_epochs=1')
-    assert stages_run(stdout)[:3] == ['cycle 1: reward data', 'cycle 1: reward model', 'cycle 1: GRPO -> base v2']
+    assert stages_run(stdout)[:4] == ['cycle 1: reward data', 'cycle 1: reward model', 'cycle 1: judge sight on base v1',
+                                      'cycle 1: GRPO -> base v2']
     ds = RewardDataset(str(out / 'reward_data_v1'), 'train')
     assert np.allclose(ds.y, [[4 / 32, 28 / 32]]) and np.array_equal(ds.x[:, :4], ds.natural_of(range(len(ds)))[:, :4])
     rm = load_checkpoint(str(out / 'reward_model_v1.pt'))
@@ -382,3 +386,16 @@ def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
     assert frozen.reward_max_blocks == online.reward_max_blocks == 30000 and frozen.reward_eval_interval == 200
     assert not frozen.grpo_judge_update_interval and online.grpo_judge_learning_rate == 3e-5
     assert frozen.grpo_nll_weight == online.grpo_nll_weight == 1.0
+
+
+def test_the_arms_table_reads_the_judges_sight_before_after_and_judge_off(cycle_run, monkeypatch):
+    """bench_arms' row says whether the policy fooled its judge: its sight on base v1's samples, on the new base's and
+    on the judge-off control's, as the cycle's evaluations measured them."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
+    import bench_arms
+    out = cycle_run[0]
+    read = lambda name: json.loads((out / name).read_text())  # noqa: E731
+    e, before, off = read('eval_v2.json')[0], read('sight_v1.json')[0], read('eval_judgeoff_v2.json')[0]
+    row = bench_arms.arm_row('arm', str(out), 1, e, read('verdict_v1.json'))
+    assert (f"sight {before['judge_sight_auc']:.3f} → {e['judge_sight_auc']:.3f} ({off['judge_sight_auc']:.3f})"
+            in row), row
