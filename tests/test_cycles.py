@@ -345,8 +345,8 @@ def test_whole_window_judge_knobs_reach_the_judge_stages(cycle_run, char_data, t
     shutil.copytree(cycle_run[0], out)
     stdout = cycles(out, char_data, '--num_cycles=1', '--controls=False', '--reward_crossover_k=4',
                     '--reward_loss=binary', '--reward_max_epochs=1')
-    assert stages_run(stdout)[:4] == ['cycle 1: reward data', 'cycle 1: reward model', 'cycle 1: judge sight on base v1',
-                                      'cycle 1: GRPO -> base v2']
+    assert stages_run(stdout)[:4] == ['cycle 1: reward data', 'cycle 1: reward model',
+                                      'cycle 1: judge sight on base v1', 'cycle 1: GRPO -> base v2']
     ds = RewardDataset(str(out / 'reward_data_v1'), 'train')
     assert np.allclose(ds.y, [[4 / 32, 28 / 32]]) and np.array_equal(ds.x[:, :4], ds.natural_of(range(len(ds)))[:, :4])
     rm = load_checkpoint(str(out / 'reward_model_v1.pt'))
