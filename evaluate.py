@@ -12,12 +12,17 @@ evaluated ones. For each checkpoint and sampling temperature (a "point"):
 - num_samples samples continued from natural val prompts, against as many natural val windows that share no token
   with those prompts: distinct-n, repetition, the unknown-word rate, the sampler's entropy, and MAUVE on the
   referee's mean-pooled features with a bootstrap spread;
-- the fresh-judge test, judge_seeds times: crossover reward data written by this generator at this temperature
-  (each seed its own draw), a new judge head on the referee's frozen trunk, selected on one half of its val data
-  and reported on the other; boundary error and R² as mean ± sd over seeds. A generator whose text is really closer
-  to natural text leaves the judge a higher boundary error. A judge whose kept head is its untrained start (it
-  never beat its first evaluation) is blind: its figures are the constant predictor's, whatever the text; a point
-  whose judges are all blind is flagged (fresh_judge_blind), and a verdict read from it says 'blind';
+- the fresh-judge test, judge_seeds times, each judge on its own draw of data written by this generator at this
+  temperature, selected on one half of its val data. --judge_recipe crossover (the default): crossover reward
+  data, a new judge head on the referee's frozen trunk, reported on the other half of its val data: boundary error
+  and R² as mean ± sd over seeds; a generator whose text is really closer to natural text leaves the judge a higher
+  boundary error. --judge_recipe window (the recipe of the judge that sees, docs/judges.md): train-split natural
+  windows against this generator's continuations of their first 8 tokens, every weight of a copy of the referee
+  trained (mean pooling, loss 'binary'); reported as its sight on this point's two-sample windows (the AUC of its
+  P(natural), natural windows against the samples, below), mean ± sd over seeds: lower is closer to natural text.
+  A judge whose kept checkpoint is its untrained start (it never beat its first evaluation) is blind: its figures
+  are the constant predictor's, whatever the text; a point whose judges are all blind is flagged
+  (fresh_judge_blind), and a verdict read from it says 'blind';
 - the classifier two-sample test (C2ST; Lopez-Paz & Oquab 2017), a referee that reads no model: a logistic
   regression on TF-IDF char n-grams and word unigrams tells the natural reference windows from the samples, the
   shared prompt length cut from both, over stratified folds; the AUC of the pooled out-of-fold scores, with its
@@ -44,12 +49,16 @@ from judge import reward_data_cmd, reward_model_cmd, sight_auc, sight_auc_sd
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
-from two_sample import C2ST_FOLDS, continuation_texts, eval_windows, two_sample_test
+from two_sample import C2ST_FOLDS, PROMPT_LEN, continuation_texts, eval_windows, two_sample_test
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
-# the fresh judge: the referee's trunk stays frozen (one fixed featurizer), its head sees the mean over positions
-JUDGE_FIXED_ARGS = ['--unfreeze_layers=0', '--reward_pooling=mean']
+# the fresh judges' recipes: (the crossover_k of their data, the train_reward_model.py options fixed by the recipe,
+# the figures averaged over seeds). crossover: the referee's trunk stays frozen (one fixed featurizer), its head sees
+# the mean over positions. window: every weight of the referee's copy trains, on whole windows (docs/judges.md)
+JUDGE_RECIPES = {'crossover': (0, ['--unfreeze_layers=0', '--reward_pooling=mean'], ('boundary_error', 'r2')),
+                 'window': (PROMPT_LEN, ['--unfreeze_layers=-1', '--reward_pooling=mean', '--loss=binary'],
+                            ('sight_auc', 'pair_accuracy'))}
 
 
 def distinct_n(sequences, n):
@@ -127,30 +136,43 @@ def trunk_signature(state_dict):
     return h.hexdigest()
 
 
+@torch.no_grad()
+def sight_figures(judge, reference, samples, seed):
+    """A judge's P(natural) means and sight (AUC, natural windows against samples, with its bootstrap sd)."""
+    p_natural, p_samples = [judge(x)[0][:, 0].cpu().numpy() for x in (reference, samples)]
+    return dict(mean_p_natural=float(p_samples.mean()), mean_p_natural_of_natural_text=float(p_natural.mean()),
+                sight_auc=sight_auc(p_natural, p_samples), sight_auc_sd=sight_auc_sd(p_natural, p_samples, seed))
+
+
 def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, temperature, top_k, max_blocks,
-                 samples_per_chunk, rm_args):
+                 samples_per_chunk, rm_args, recipe='crossover', sight_windows=None):
     """One fresh judge per seed (run in this process, through the two scripts' own main): its figures on the test
-    half of its val data, and the signature of its trunk (always the referee's)."""
+    half of its val data, or with the window recipe its sight on sight_windows (reference, samples), and the
+    signature of its trunk (the referee's, trained further by the window recipe)."""
     import prepare_reward_data
     import train_reward_model
+    crossover_k, fixed_args, keys = JUDGE_RECIPES[recipe]
     runs = []
     for seed in seeds:
         with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
             rd, rm = os.path.join(tmp, 'data'), os.path.join(tmp, 'judge.pt')
             with open(os.devnull, 'w') as quiet, contextlib.redirect_stdout(quiet):  # their bars stay on stderr
                 prepare_reward_data.main(reward_data_cmd(ckpt_path, data_dir, rd, max_blocks, samples_per_chunk,
-                                                         seed, device, temperature, top_k)[1:])
+                                                         seed, device, temperature, top_k, crossover_k)[1:])
                 train_reward_model.main(reward_model_cmd(referee_path, rd, rm, seed, device,
-                                                         list(rm_args) + JUDGE_FIXED_ARGS)[1:])
+                                                         list(rm_args) + fixed_args)[1:])
             judge = load_checkpoint(rm)
             # the kept head is the one of its first evaluation, before any step: the untrained start
             runs.append(dict(judge['metrics'], seed=seed, trunk=trunk_signature(judge['model']),
                              blind=judge['iter_num'] == 0))
-        print(f"  fresh judge seed {seed}: boundary error {runs[-1]['boundary_error']:.2f}, R2 {runs[-1]['r2']:.4f}"
+            if recipe == 'window':
+                sight = sight_figures(GPT.from_checkpoint(judge, device=device), *sight_windows, seed)
+                runs[-1].update(sight_auc=sight['sight_auc'], sight_auc_sd=sight['sight_auc_sd'])
+        print(f"  fresh judge seed {seed}: " + ', '.join(f"{k} {runs[-1][k]:.4f}" for k in keys)
               + (' (blind: never left its untrained start)' if runs[-1]['blind'] else ''))
     out = {'fresh_judge_runs': runs, 'fresh_judge_blind': all(r['blind'] for r in runs),
-           'fresh_judge_blind_count': sum(r['blind'] for r in runs)}
-    for key in ('boundary_error', 'r2'):
+           'fresh_judge_blind_count': sum(r['blind'] for r in runs), 'fresh_judge_recipe': recipe}
+    for key in keys:
         values = [r[key] for r in runs]
         out[f'fresh_judge_{key}'] = float(np.mean(values))
         out[f'fresh_judge_{key}_sd'] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
@@ -188,18 +210,18 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     if not A.no_mauve:
         figures['mauve'], figures['mauve_sd'] = mauve_with_spread(
             reference_features, mean_pooled_features(referee, samples), A.seed)
-    if reward_model is not None:  # its sight: natural against sampled, on the two-sample test's own windows
-        with torch.no_grad():
-            p_samples = reward_model(samples)[0][:, 0].cpu().numpy()
-            p_natural = reward_model(reference.to(device))[0][:, 0].cpu().numpy()
-        figures.update(mean_p_natural=float(p_samples.mean()), mean_p_natural_of_natural_text=float(p_natural.mean()),
-                       judge_sight_auc=sight_auc(p_natural, p_samples),
-                       judge_sight_auc_sd=sight_auc_sd(p_natural, p_samples, A.seed))
+    windows = (reference.to(device), samples)  # the two-sample test's own: natural against sampled
+    if reward_model is not None:  # its sight
+        sight = sight_figures(reward_model, *windows, A.seed)
+        figures.update(mean_p_natural=sight['mean_p_natural'],
+                       mean_p_natural_of_natural_text=sight['mean_p_natural_of_natural_text'],
+                       judge_sight_auc=sight['sight_auc'], judge_sight_auc_sd=sight['sight_auc_sd'])
     figures['samples'] = texts[:3]
     if A.judge_seeds:
         seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]
         figures.update(fresh_judges(path, A.referee, data_dir, A.work_dir, str(device), seeds, temperature, A.top_k,
-                                    A.judge_max_blocks, A.judge_samples_per_chunk, A.judge_args.split()))
+                                    A.judge_max_blocks, A.judge_samples_per_chunk, A.judge_args.split(),
+                                    A.judge_recipe, windows))
     return figures
 
 
@@ -222,9 +244,12 @@ def parse_args(argv):
     p.add_argument('--judge_seeds', type=int, default=3, help="fresh judges per point (0: none)")
     p.add_argument('--judge_max_blocks', type=int, default=400, help="natural blocks per split of each judge's data")
     p.add_argument('--judge_samples_per_chunk', type=int, default=1, help="crossovers per block of each judge's data")
+    p.add_argument('--judge_recipe', choices=sorted(JUDGE_RECIPES), default='crossover',
+                   help="crossover: a head on the referee's frozen trunk, read on crossovers (boundary error); window: "
+                        "every weight of the referee's copy trained on whole windows, read as its sight")
     p.add_argument('--c2st_folds', type=int, default=C2ST_FOLDS, help="folds of the two-sample test (0: none)")
     p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
-                   "e.g. '--max_iters=1500 --learning_rate=1e-3' (the trunk stays frozen, pooling is the mean)")
+                   "e.g. '--max_iters=1500 --learning_rate=1e-3' (pooling is the mean; the recipe sets what trains)")
     A = p.parse_args(argv)
     try:
         A.temperatures = [float(t) for t in A.temperatures.split(',')]

@@ -188,12 +188,14 @@ class NgramJudge:
 
 
 def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
-                    top_k=None):
-    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way."""
+                    top_k=None, crossover_k=0):
+    """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way
+    (crossover_k: every sample keeps that many natural tokens, the whole-window judges' data; 0: K drawn)."""
     return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
             '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
             '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
-            '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)]
+            '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)] \
+        + (['--crossover_k', str(crossover_k)] if crossover_k else [])
 
 
 def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):

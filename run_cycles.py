@@ -31,7 +31,7 @@ from data_loader import data_path, file_sha256
 from early_stopping import EarlyStopping
 from judge import PAIRED_LOSSES, reward_data_cmd, reward_model_cmd
 from tracking import TRACKING_DEFAULTS, tracking_args
-from verdict import cycle_verdict
+from verdict import FRESH_JUDGE_FIGURES, VERDICT_FORMAT, cycle_verdict, fresh_judge_figure
 from runtime import resolve_device
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -121,6 +121,10 @@ judge_max_blocks = 400
 judge_samples_per_chunk = 1
 judge_max_iters = 1500
 judge_learning_rate = 1e-3
+# 'crossover': the fresh judges above, read by their boundary error; 'window': every weight of the referee's copy
+# trained on whole windows, read by its sight (the judge that sees, docs/judges.md: 0.85 takes 10,000 windows and 5
+# epochs, about 15 min a judge on CPU; set judge_max_blocks, judge_max_iters and judge_learning_rate=3e-4 with it)
+judge_recipe = 'crossover'
 # controls
 controls = True  # the MLE, temperature and (GRPO) judge-off controls and the verdict of every cycle
 control_temperatures = '0.6,0.7,0.8,0.9,1.0'  # the previous base's temperature sweep
@@ -337,14 +341,16 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
 
 def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
     """The cycle's evaluate.py call: every version and control is measured by these instruments."""
-    judge_recipe = (f'--max_iters={C.judge_max_iters} --learning_rate={C.judge_learning_rate} '
-                    f'--reward_head_hidden_dim={C.reward_head_hidden_dim} --batch_size=64 --eval_interval=100')
+    judge_args = (f'--max_iters={C.judge_max_iters} --learning_rate={C.judge_learning_rate} '
+                  f'--reward_head_hidden_dim={C.reward_head_hidden_dim} --batch_size=64 --eval_interval=100')
+    # the recipe appears only when it is not the default, so that runs made before keep their evaluations
+    recipe = ['--judge_recipe', C.judge_recipe] if C.judge_recipe != 'crossover' else []
     return [os.path.join(ROOT, 'evaluate.py'), *ckpts, '--dataset', data_dir, '--referee', referee,
             '--out', out_path, '--temperatures', ','.join(map(str, temperatures)), '--top_k', str(C.sample_top_k),
             '--num_samples', str(C.eval_num_samples), '--seed', str(C.seed), '--device', C.device,
             '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
             '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--c2st_folds', '5',
-            '--judge_args=' + judge_recipe, *extra]
+            '--judge_args=' + judge_args, *recipe, *extra]
 
 
 # evaluate.py reduced to the judge's sight: no perplexity, MAUVE, fresh judges or two-sample test
@@ -367,6 +373,8 @@ def main(argv):
     C = configure(DEFAULTS, argv)
     if C.trainer not in ('grpo', 'spin'):
         raise UserError(f"trainer must be 'grpo' or 'spin', got {C.trainer!r}")
+    if C.judge_recipe not in FRESH_JUDGE_FIGURES:
+        raise UserError(f"judge_recipe must be one of {sorted(FRESH_JUDGE_FIGURES)}, got {C.judge_recipe!r}")
     try:
         temps = sorted({float(t) for t in C.control_temperatures.split(',')})
     except ValueError:
@@ -461,8 +469,8 @@ def main(argv):
                 shutil.rmtree(rd)  # written before reward data kept each sample's natural block: rebuilt with them
             script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
                          reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
-                                         C.seed + n, C.device, C.sample_temperature, C.sample_top_k)
-                         + (['--crossover_k', str(C.reward_crossover_k)] if C.reward_crossover_k else []),
+                                         C.seed + n, C.device, C.sample_temperature, C.sample_top_k,
+                                         C.reward_crossover_k),
                          f'reward_data_v{n}.log')
             trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
             script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
@@ -548,7 +556,7 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         with open(partials[0], 'w') as f:
             json.dump(v, f, indent=1)
     pipe.stage(f'cycle {n}: verdict', [path(f'verdict_v{n}.json')], inputs,
-               ['verdict.cycle_verdict', f'cycle {n}'], build)
+               ['verdict.cycle_verdict', f'cycle {n}', f'format {VERDICT_FORMAT}'], build)
 
 
 # -----------------------------------------------------------------------------
@@ -604,15 +612,17 @@ def off_sight(c):
 def point_row(label, e):
     blind = ' (blind)' if e.get('fresh_judge_blind') else \
         f" ({e['fresh_judge_blind_count']} blind)" if e.get('fresh_judge_blind_count') else ''
+    key, higher_is_better = fresh_judge_figure(e)
     return (f"| {label} | {fmt(e.get('val_perplexity'))} | "
-            f"{fmt(e.get('fresh_judge_boundary_error'), '.2f', e.get('fresh_judge_boundary_error_sd'))}{blind} | "
+            f"{fmt(e.get(key), '.2f' if higher_is_better else '.3f', e.get(key + '_sd'))}{blind} | "
             f"{fmt(e.get('fresh_judge_r2'), '.3f', e.get('fresh_judge_r2_sd'))} | "
             f"{fmt(e.get('c2st_auc'), '.3f', e.get('c2st_auc_sd'))} | {fmt(e.get('unknown_word_rate'))} | "
             f"{fmt(e.get('distinct_4_tokens'))} | {fmt(e.get('sample_entropy'))} | "
             f"{fmt(e.get('mauve'), '.3f', e.get('mauve_sd'))} |")
 
 
-POINT_HEADER = ['| | val ppl (whole split) | fresh-judge boundary err (↑) | fresh-judge R² (↓) | two-sample AUC (↓) | '
+POINT_HEADER = ['| | val ppl (whole split) | fresh judges: boundary err (↑) or, whole-window, sight (↓) | '
+                'fresh-judge R² (↓) | two-sample AUC (↓) | '
                 'unknown words (↓) | distinct-4 | sample entropy | MAUVE (↑) |', '|---|---|---|---|---|---|---|---|---|']
 
 
@@ -622,7 +632,7 @@ CONTROL_NAMES = {'mle': 'the MLE control', 'temperature': 'the matched temperatu
 def beats_every_control(verdicts):
     """The repository's question answered for one cycle: better than every control on the fresh judges and on the
     two-sample test, with perplexity no worse than the MLE control's."""
-    return (all(v['boundary_error'] == 'better' and v['c2st'] == 'better' for v in verdicts.values())
+    return (all(v['fresh_judges'] == 'better' and v['c2st'] == 'better' for v in verdicts.values())
             and verdicts['mle']['perplexity'] in ('better', 'equal'))
 
 
@@ -648,7 +658,7 @@ def verdict_lines(c):
         mle += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs) "
                 f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
     labels = '; '.join(
-        f"against {CONTROL_NAMES[k]}: boundary error **{x['boundary_error']}**, two-sample test "
+        f"against {CONTROL_NAMES[k]}: fresh judges **{x['fresh_judges']}**, two-sample test "
         f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, "
         f"perplexity **{x['perplexity']}**{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}"
         for k, x in vd.items())
@@ -677,14 +687,21 @@ def stage_time_lines(out, current):
     return lines + [f"| **all stages** | **{total / 60:.1f} min** | | |", '']
 
 
+FRESH_JUDGE_TEXT = {  # how the report says what each recipe's fresh judges are
+    'crossover': "crossover data, a head on the referee's frozen trunk, its boundary error reported on the other half",
+    'window': "whole windows, every weight of the referee's copy trained, its sight reported on the point's two-sample "
+              "windows"}
+
+
 def write_report(out, C, current):
     versions, cycles = collect(out, current)
     lines = ['# Adversarial self-play report', '', f"Run directory `{out}`; config in `config.json`. Every figure "
              f"below is measured by the same instruments: the referee `{C.referee_path or 'base_model_v1.pt'}` gives "
-             f"MAUVE's features and the frozen trunk of every fresh judge ({C.judge_seeds} seeds per point, each on "
-             f"its own crossover data, selected on one half of its held-out data and reported on the other; "
-             f"'blind': every judge kept its untrained start); a TF-IDF logistic regression that reads no model "
-             f"tells samples from natural windows (two-sample AUC, mean ± sd over 5 folds); "
+             f"MAUVE's features and the start of every fresh judge ({C.judge_seeds} seeds per point, each on its "
+             f"own data, selected on one half of its held-out data; {FRESH_JUDGE_TEXT[C.judge_recipe]}; 'blind': "
+             f"every judge kept its untrained start); a TF-IDF logistic regression that reads no model tells "
+             f"samples from natural windows (two-sample AUC of the pooled out-of-fold scores over 5 folds, ± its "
+             f"bootstrap sd over the texts); "
              f"{C.eval_num_samples} samples per point at temperature {C.sample_temperature}, from prompts disjoint "
              f"from the natural reference windows. ↑/↓: which way is closer to natural text. How to read it: "
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
@@ -746,7 +763,9 @@ def plot_quality_diversity(cycles, png):
     """Per cycle: the previous base's temperature curve, the new version and its controls, in three planes."""
     plt = _plt()
     fig, axes = plt.subplots(len(cycles), 3, figsize=(16, 4 * len(cycles)), squeeze=False)
-    planes = (('sample_entropy', 'fresh_judge_boundary_error', 'fresh-judge boundary error (↑ closer to natural)'),
+    key, higher_is_better = fresh_judge_figure(cycles[0]['sweep'][0])
+    judged = 'fresh-judge boundary error (↑' if higher_is_better else 'fresh whole-window judges\' sight (↓'
+    planes = (('sample_entropy', key, judged + ' closer to natural)'),
               ('sample_entropy', 'c2st_auc', 'two-sample AUC (↓ closer to natural)'),
               ('distinct_4_tokens', 'unknown_word_rate', 'unknown-word rate (↓ closer to natural)'))
     for row, c in zip(axes, cycles):

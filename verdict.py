@@ -18,6 +18,18 @@ from two_sample import joint_scores
 AUC_MARGIN = 0.03
 PPL_MARGIN = 0.01
 BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
+# 2: the fresh judges' label is 'fresh_judges' (it was 'boundary_error'); a run's older verdicts are rebuilt
+VERDICT_FORMAT = 2
+
+
+# each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, and whether higher is closer to natural text
+FRESH_JUDGE_FIGURES = {'crossover': ('fresh_judge_boundary_error', True), 'window': ('fresh_judge_sight_auc', False)}
+
+
+def fresh_judge_figure(point):
+    """(key, higher_is_better) of a point's fresh-judge figure: the crossover judges' boundary error, or the sight of
+    whole-window judges."""
+    return FRESH_JUDGE_FIGURES[point.get('fresh_judge_recipe', 'crossover')]
 
 
 def _label(diff, p, alpha):
@@ -88,7 +100,7 @@ def c2st_effect(arm, control, seed=0):
 def matched_temperature(points, entropy):
     """
     The control's temperature T* whose sample entropy equals the arm's, by linear interpolation along the sweep
-    (points: a base model's evaluation points at several temperatures), with the fresh-judge boundary error and the
+    (points: a base model's evaluation points at several temperatures), with the fresh judges' figure and the
     two-sample AUC interpolated there, and the two sweep points it lies between with their weights (c2st_parts: the
     two-sample verdict mixes their out-of-fold scores' AUCs the same way). An arm outside the sweep's entropy range
     is matched to the nearest end (flagged). The matched judges are blind when those of a point it was read from are.
@@ -104,9 +116,10 @@ def matched_temperature(points, entropy):
         parts = [(1 - w, pts[i - 1]), (w, pts[i])]
     else:
         parts = [(1.0, pts[min(i, len(pts) - 1)])]
+    judged = fresh_judge_figure(pts[0])[0]
     matched = dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
-                   fresh_judge_boundary_error=at('fresh_judge_boundary_error'),
-                   fresh_judge_boundary_error_sd=at('fresh_judge_boundary_error_sd'),
+                   **{judged: at(judged), judged + '_sd': at(judged + '_sd')},
+                   fresh_judge_recipe=pts[0].get('fresh_judge_recipe', 'crossover'),
                    fresh_judge_blind=any(p.get('fresh_judge_blind', False) for w, p in parts if w > 0),
                    unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts),
                    c2st_parts=parts)
@@ -118,15 +131,18 @@ def matched_temperature(points, entropy):
 def judge_verdict(arm, control):
     """The fresh judges' label: 'blind' when the judges of both sides never left their untrained start (two blind
     judges' figures are the same ceiling, which says nothing of the texts), else the Welch test's label over the
-    judges' seeds."""
+    judges' seeds, on their recipe's figure (both sides are judged by one recipe)."""
     if arm.get('fresh_judge_blind') and control.get('fresh_judge_blind'):
         return 'blind'
-    return compare(*[(e['fresh_judge_boundary_error'], e['fresh_judge_boundary_error_sd'], e['fresh_judge_n'])
-                     for e in (arm, control)], higher_is_better=True)
+    key, higher_is_better = fresh_judge_figure(arm)
+    if fresh_judge_figure(control)[0] != key:
+        raise ValueError("the arm and the control were judged by different fresh-judge recipes")
+    return compare(*[(e[key], e[key + '_sd'], e['fresh_judge_n']) for e in (arm, control)], higher_is_better)
 
 
-POINT_SUMMARY = ('val_perplexity', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd', 'fresh_judge_blind',
-                 'sample_entropy', 'c2st_auc', 'c2st_auc_sd', 'c2st_auc_ci', 'mauve', 'mauve_sd')
+POINT_SUMMARY = ('val_perplexity', 'fresh_judge_recipe', 'fresh_judge_boundary_error', 'fresh_judge_boundary_error_sd',
+                 'fresh_judge_sight_auc', 'fresh_judge_sight_auc_sd', 'fresh_judge_blind', 'sample_entropy',
+                 'c2st_auc', 'c2st_auc_sd', 'c2st_auc_ci', 'mauve', 'mauve_sd')
 
 
 def control_verdict(arm, control):
@@ -134,7 +150,7 @@ def control_verdict(arm, control):
     perplexity's effects with their intervals and labels (c2st None where a side has no two-sample scores)."""
     c2st = c2st_effect(arm, control)
     ppl = perplexity_effect(arm['val_window_cross_entropy'], control['val_window_cross_entropy'])
-    return {'boundary_error': judge_verdict(arm, control), 'c2st': c2st and c2st['label'], 'c2st_effect': c2st,
+    return {'fresh_judges': judge_verdict(arm, control), 'c2st': c2st and c2st['label'], 'c2st_effect': c2st,
             'perplexity': ppl['label'], 'perplexity_effect': ppl}
 
 
@@ -142,9 +158,10 @@ def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
     """
     The verdict of one cycle: its new generator (arm) against the MLE control (mle), against the previous base
     sampled at the matched temperature (sweep: that base's points) and, for GRPO, against the judge-off ablation
-    (judge_off: the same trainer with a constant reward). Each on the referee's fresh-judge boundary error (higher is
-    better), the two-sample test's pooled AUC (lower is better) and whole-split held-out perplexity (lower is
-    better; window by window); the last two as effects with 95% intervals, read against their margins.
+    (judge_off: the same trainer with a constant reward). Each on the referee's fresh judges (their boundary error,
+    higher is better, or with the window recipe their sight, lower is better), the two-sample test's pooled AUC
+    (lower is better) and whole-split held-out perplexity (lower is better; window by window); the last two as
+    effects with 95% intervals, read against their margins.
     """
     matched = matched_temperature(sweep, arm['sample_entropy'])
     base = GPT.from_checkpoint(base_path, device=device)

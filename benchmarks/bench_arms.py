@@ -35,6 +35,7 @@ from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import _plt, first_last, load_json  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
 from judge import pair_accuracy, reward_metrics  # noqa: E402
+from verdict import fresh_judge_figure  # noqa: E402
 
 
 # every arm starts from the seed's judge design as the default config had it before the arms table (mean-pooled,
@@ -116,9 +117,9 @@ def judge_quality(judge_path, data_dir):
 
 
 def verdict_cell(v, control):
-    """'boundary, two-sample, ppl' labels of one control ('–' where the cycle has no such control)."""
+    """'fresh judges, two-sample, ppl' labels of one control ('–' where the cycle has no such control)."""
     x = v['verdicts'].get(control)
-    return f"{x['boundary_error']}, {x.get('c2st') or '–'}, {x['perplexity']}" if x else '–'
+    return f"{x['fresh_judges']}, {x.get('c2st') or '–'}, {x['perplexity']}" if x else '–'
 
 
 def arm_row(name, out, n, e, v):
@@ -149,8 +150,9 @@ def arm_row(name, out, n, e, v):
     else:  # SPIN: the model is its own judge; its held-out margin instead
         judge = f"– | – | margin {trained['start']['heldout_margin']:.1f} → {h[-1]['heldout_margin']:.1f} | –"
         seconds = sum(x['time'] for x in h)
-    return (f"| {name} | {n} | {judge} | {e['val_perplexity']:.3f} | "
-            f"{e['fresh_judge_boundary_error']:.2f} ± {e['fresh_judge_boundary_error_sd']:.2f} | "
+    fresh, higher_is_better = fresh_judge_figure(e)
+    spec = '.2f' if higher_is_better else '.3f'  # a boundary error in tokens, or an AUC
+    return (f"| {name} | {n} | {judge} | {e['val_perplexity']:.3f} | {e[fresh]:{spec}} ± {e[fresh + '_sd']:{spec}} | "
             f"{e['c2st_auc']:.3f} ± {e['c2st_auc_sd']:.3f} | "
             f"{e['mauve']:.3f} ± {e['mauve_sd']:.3f} | {e['sample_entropy']:.3f} | {e['unknown_word_rate']:.3f} | "
             f"{verdict_cell(v, 'mle')} | {verdict_cell(v, 'temperature')} | {verdict_cell(v, 'judge_off')} | "
@@ -165,7 +167,7 @@ def summary_rows(results):
                        + (f" ± {np.std([e[k] for e, _ in runs], ddof=1):.3f}" if len(runs) > 1 else ''))
         count = lambda ctl: ', '.join(f"{k} ×{c}" for k, c in sorted(Counter(  # noqa: E731
             verdict_cell(v, ctl).replace(', ', '/') for _, v in runs).items()))
-        rows.append(f"| {name} | {n} | {len(runs)} | {f('val_perplexity')} | {f('fresh_judge_boundary_error')} | "
+        rows.append(f"| {name} | {n} | {len(runs)} | {f('val_perplexity')} | {f(fresh_judge_figure(runs[0][0])[0])} | "
                     f"{f('c2st_auc')} | {f('mauve')} | {f('sample_entropy')} | {f('unknown_word_rate')} | "
                     f"{count('mle')} | {count('temperature')} | {count('judge_off')} |")
     return rows
@@ -179,7 +181,7 @@ def plot_arms(results, run, outs, png):
     load = lambda p: json.load(open(p))  # noqa: E731
     sweep = sorted(load(os.path.join(run, 'eval_v1.json')) + load(os.path.join(run, 'sweep_v1.json')),
                    key=lambda e: e['temperature'])
-    x, y = 'sample_entropy', 'fresh_judge_boundary_error'
+    x, (y, higher_is_better) = 'sample_entropy', fresh_judge_figure(sweep[0])
     ax.errorbar([e[x] for e in sweep], [e[y] for e in sweep], yerr=[e[y + '_sd'] for e in sweep], marker='o',
                 capsize=3, color='gray', label='base v1, temperature sweep (sd over judges)')
     for e in sweep:
@@ -200,7 +202,8 @@ def plot_arms(results, run, outs, png):
                     label=f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''}; val ppl "
                           f"{np.mean([e['val_perplexity'] for e, _ in runs]):.3f})")
     ax.set(xlabel='sample entropy (nats per token; diversity)',
-           ylabel='fresh-judge boundary error (↑ closer to natural)',
+           ylabel=('fresh-judge boundary error (↑' if higher_is_better else "fresh whole-window judges' sight (↓")
+           + ' closer to natural)',
            title='Cycle 1 of every arm against its controls (referee: base v1)')
     ax.legend(fontsize=7, loc='best')
     fig.tight_layout()
@@ -255,12 +258,14 @@ def main():
     print('\n| arm | cycle | its judge on held-out crossovers of the cycle\'s base: R² / boundary err (/ pair '
           'accuracy; sight on the base → on the new version (on the judge-off control)) | judge boundary err on '
           'unseen rollouts, first 10 → last 10 | reward (SPIN: held-out margin) | KL | '
-          'val ppl | fresh-judge boundary err (↑) | two-sample AUC (↓) | MAUVE | entropy | unknown words | '
-          'vs MLE (boundary, two-sample, ppl) | vs temperature (same) | vs judge off (same) | trainer s |')
+          'val ppl | fresh judges: boundary err (↑) or, whole-window, sight (↓) | two-sample AUC (↓) | MAUVE | '
+          'entropy | unknown words | vs MLE (fresh judges, two-sample, ppl) | vs temperature (same) | vs judge off '
+          '(same) | trainer s |')
     print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(rows))
-    print('\n| arm | cycle | seeds | val ppl | fresh-judge boundary err (↑) | two-sample AUC (↓) | MAUVE | entropy | '
-          'unknown words | vs MLE: boundary/two-sample/ppl × seeds | vs temperature (same) | vs judge off (same) |')
+    print('\n| arm | cycle | seeds | val ppl | fresh judges (↑ boundary err; ↓ sight) | two-sample AUC (↓) | MAUVE | '
+          'entropy | unknown words | vs MLE: fresh judges/two-sample/ppl × seeds | vs temperature (same) | vs judge '
+          'off (same) |')
     print('|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(summary_rows(results)))
     png = a.png or os.path.join(a.out, 'arms_quality_diversity.png')

@@ -69,7 +69,7 @@ def window_data(base, dataset, out, blocks, seed):
     """Whole-window data: each train-split window against base v1's continuation of its first PROMPT_LEN tokens;
     returns the wall time in s."""
     t0 = time.time()
-    cmd = reward_data_cmd(base, dataset, out, blocks, 1, seed, 'cpu') + ['--crossover_k', str(PROMPT_LEN)]
+    cmd = reward_data_cmd(base, dataset, out, blocks, 1, seed, 'cpu', crossover_k=PROMPT_LEN)
     r = subprocess.run([sys.executable, *cmd], capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"prepare_reward_data.py failed: {r.stderr[-2000:]}")

@@ -152,7 +152,7 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     assert [p['temperature'] for p in sweep] == [0.8] and 'val_perplexity' not in sweep[0]
     v = json.loads((out / 'verdict_v1.json').read_text())
     controls = ('mle', 'temperature', 'judge_off')
-    assert {v['verdicts'][c]['boundary_error'] for c in controls} <= {'better', 'indistinguishable', 'worse', 'blind'}
+    assert {v['verdicts'][c]['fresh_judges'] for c in controls} <= {'better', 'indistinguishable', 'worse', 'blind'}
     assert {v['verdicts'][c][m] for c in controls for m in ('perplexity', 'c2st')} <= {'better', 'equal', 'worse',
                                                                                       'unresolved'}
     for c in controls:  # every point shares the eval windows: each two-sample effect has one referee for both sides
@@ -399,3 +399,21 @@ def test_the_arms_table_reads_the_judges_sight_before_after_and_judge_off(cycle_
     row = bench_arms.arm_row('arm', str(out), 1, e, read('verdict_v1.json'))
     assert (f"sight {before['judge_sight_auc']:.3f} → {e['judge_sight_auc']:.3f} ({off['judge_sight_auc']:.3f})"
             in row), row
+
+
+def test_the_whole_window_fresh_judges_reach_the_evaluations_and_the_report():
+    """judge_recipe='window' reaches every evaluate.py call (the default adds nothing, so runs made before keep their
+    evaluations), the report prints such a point's sight where a crossover point has its boundary error, and a
+    recipe that does not exist is a one-line error."""
+    from configurator import configure
+    from run_cycles import DEFAULTS, evaluate_cmd, point_row
+    window = configure(DEFAULTS, ['--judge_recipe=window'])
+    assert evaluate_cmd(window, ['a.pt'], 'd', 'r.pt', 'o.json', [1.0])[-2:] == ['--judge_recipe', 'window']
+    assert '--judge_recipe' not in evaluate_cmd(configure(DEFAULTS, []), ['a.pt'], 'd', 'r.pt', 'o.json', [1.0])
+    point = dict(fresh_judge_recipe='window', fresh_judge_sight_auc=0.6123, fresh_judge_sight_auc_sd=0.0211,
+                 fresh_judge_n=3)
+    assert '| 0.612 ± 0.021 |' in point_row('v2', point)
+    assert '| 12.35 ± 0.50 |' in point_row('v2', dict(fresh_judge_boundary_error=12.345, fresh_judge_boundary_error_sd=0.5))
+    r = run_script('run_cycles.py', '--judge_recipe=windows', '--out_dir=/nonexistent/x')
+    assert r.returncode == 2 and "judge_recipe must be one of ['crossover', 'window']" in r.stderr
+    assert 'Traceback' not in r.stderr and not os.path.exists('/nonexistent/x')

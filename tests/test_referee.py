@@ -143,3 +143,42 @@ def test_the_split_benchmark_reads_a_val_split_of_other_words_as_shifted(tmp_pat
     assert figures['unknown_word_rate']['natural_train'] == 0
     assert all(0 <= v['auc'] <= 1 for v in figures['ngram_judge_sight'].values())
     assert '| train_vs_val |' in r.stdout and figures['judge_samples'] == 30 and 'fitted on 30 + 30' in r.stdout
+
+
+def window_point(sight, sd, blind=False, entropy=1.0, t=1.0):
+    return dict(fresh_judge_recipe='window', fresh_judge_sight_auc=sight, fresh_judge_sight_auc_sd=sd, fresh_judge_n=3,
+                fresh_judge_blind=blind, sample_entropy=entropy, temperature=t, unknown_word_rate=0.1)
+
+
+def test_whole_window_fresh_judges_are_read_by_their_sight_lower_is_closer():
+    assert judge_verdict(window_point(0.60, 0.01), window_point(0.80, 0.01)) == 'better'  # seen less: closer
+    assert judge_verdict(window_point(0.80, 0.01), window_point(0.60, 0.01)) == 'worse'
+    assert judge_verdict(window_point(0.70, 0.05), window_point(0.71, 0.05)) == 'indistinguishable'
+    with pytest.raises(ValueError, match='different fresh-judge recipes'):
+        judge_verdict(window_point(0.6, 0.01), point(25.0, 1.0, False))
+    m = matched_temperature([window_point(0.9, 0.02, entropy=1.0, t=0.8), window_point(0.7, 0.04, entropy=2.0)], 1.5)
+    assert m['fresh_judge_sight_auc'] == pytest.approx(0.8) and m['fresh_judge_sight_auc_sd'] == pytest.approx(0.03)
+    assert m['fresh_judge_recipe'] == 'window' and 'fresh_judge_boundary_error' not in m
+
+
+def test_whole_window_fresh_judges_see_a_noise_generator(tmp_path, char_ckpt, char_data):
+    """evaluate.py --judge_recipe window: each fresh judge trains every weight of the referee's copy on natural
+    windows against the generator's continuations, and is read by its sight on the point's two-sample windows. A
+    generator trained 2 steps writes nearly uniform characters: seen at once; the referee itself (150 steps) less."""
+    import json
+    from conftest import run_script, train_tiny
+    from evaluate import trunk_signature
+    from model import load_checkpoint
+    train_tiny(char_data, str(tmp_path / 'noise'), '--max_iters=2', '--eval_interval=1')
+    r = run_script('evaluate.py', str(tmp_path / 'noise' / 'ckpt.pt'), char_ckpt, '--dataset', char_data, '--referee',
+                   char_ckpt, '--out', str(tmp_path / 'eval.json'), '--num_samples', '24', '--judge_seeds', '2',
+                   '--judge_max_blocks', '60', '--judge_recipe', 'window', '--no_mauve', '--c2st_folds', '0',
+                   '--device', 'cpu', '--judge_args=--max_iters=60 --eval_interval=20 --learning_rate=1e-3')
+    assert r.returncode == 0, r.stderr[-2000:]
+    noise, own = json.load(open(tmp_path / 'eval.json'))
+    referee = trunk_signature(load_checkpoint(char_ckpt)['model'])
+    for e in (noise, own):
+        assert e['fresh_judge_recipe'] == 'window' and e['fresh_judge_n'] == 2 and 'fresh_judge_r2' not in e
+        assert all(0 <= run['sight_auc'] <= 1 and run['trunk'] != referee for run in e['fresh_judge_runs'])
+    assert noise['fresh_judge_sight_auc'] > 0.95 and not noise['fresh_judge_blind'], noise['fresh_judge_runs']
+    assert own['fresh_judge_sight_auc'] < noise['fresh_judge_sight_auc'] - 0.1 and not own['fresh_judge_blind']
