@@ -172,8 +172,8 @@ def test_whole_window_fresh_judges_see_a_noise_generator(tmp_path, char_ckpt, ch
     train_tiny(char_data, str(tmp_path / 'noise'), '--max_iters=2', '--eval_interval=1')
     r = run_script('evaluate.py', str(tmp_path / 'noise' / 'ckpt.pt'), char_ckpt, '--dataset', char_data, '--referee',
                    char_ckpt, '--out', str(tmp_path / 'eval.json'), '--num_samples', '24', '--judge_seeds', '2',
-                   '--judge_max_blocks', '60', '--judge_recipe', 'window', '--no_mauve', '--c2st_folds', '0',
-                   '--device', 'cpu', '--judge_args=--max_iters=60 --eval_interval=20 --learning_rate=1e-3')
+                   '--judge_max_blocks', '60', '--judge_recipe', 'window', '--no_mauve', '--no_ppl', '--c2st_folds',
+                   '0', '--device', 'cpu', '--judge_args=--max_iters=60 --eval_interval=20 --learning_rate=1e-3')
     assert r.returncode == 0, r.stderr[-2000:]
     noise, own = json.load(open(tmp_path / 'eval.json'))
     referee = trunk_signature(load_checkpoint(char_ckpt)['model'])
