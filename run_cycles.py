@@ -612,9 +612,9 @@ def off_sight(c):
 def point_row(label, e):
     blind = ' (blind)' if e.get('fresh_judge_blind') else \
         f" ({e['fresh_judge_blind_count']} blind)" if e.get('fresh_judge_blind_count') else ''
-    key, higher_is_better = fresh_judge_figure(e)
+    key, _, spec, _ = fresh_judge_figure(e)
     return (f"| {label} | {fmt(e.get('val_perplexity'))} | "
-            f"{fmt(e.get(key), '.2f' if higher_is_better else '.3f', e.get(key + '_sd'))}{blind} | "
+            f"{fmt(e.get(key), spec, e.get(key + '_sd'))}{blind} | "
             f"{fmt(e.get('fresh_judge_r2'), '.3f', e.get('fresh_judge_r2_sd'))} | "
             f"{fmt(e.get('c2st_auc'), '.3f', e.get('c2st_auc_sd'))} | {fmt(e.get('unknown_word_rate'))} | "
             f"{fmt(e.get('distinct_4_tokens'))} | {fmt(e.get('sample_entropy'))} | "
@@ -763,9 +763,8 @@ def plot_quality_diversity(cycles, png):
     """Per cycle: the previous base's temperature curve, the new version and its controls, in three planes."""
     plt = _plt()
     fig, axes = plt.subplots(len(cycles), 3, figsize=(16, 4 * len(cycles)), squeeze=False)
-    key, higher_is_better = fresh_judge_figure(cycles[0]['sweep'][0])
-    judged = 'fresh-judge boundary error (↑' if higher_is_better else 'fresh whole-window judges\' sight (↓'
-    planes = (('sample_entropy', key, judged + ' closer to natural)'),
+    key, _, _, judged = fresh_judge_figure(cycles[0]['sweep'][0])
+    planes = (('sample_entropy', key, judged),
               ('sample_entropy', 'c2st_auc', 'two-sample AUC (↓ closer to natural)'),
               ('distinct_4_tokens', 'unknown_word_rate', 'unknown-word rate (↓ closer to natural)'))
     for row, c in zip(axes, cycles):

@@ -22,13 +22,16 @@ BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
 VERDICT_FORMAT = 2
 
 
-# each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, and whether higher is closer to natural text
-FRESH_JUDGE_FIGURES = {'crossover': ('fresh_judge_boundary_error', True), 'window': ('fresh_judge_sight_auc', False)}
+# each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, whether higher is closer to natural text,
+# how it is printed (tokens or an AUC) and its axis label
+FRESH_JUDGE_FIGURES = {
+    'crossover': ('fresh_judge_boundary_error', True, '.2f', 'fresh-judge boundary error (↑ closer to natural)'),
+    'window': ('fresh_judge_sight_auc', False, '.3f', "fresh whole-window judges' sight (↓ closer to natural)")}
 
 
 def fresh_judge_figure(point):
-    """(key, higher_is_better) of a point's fresh-judge figure: the crossover judges' boundary error, or the sight of
-    whole-window judges."""
+    """(key, higher_is_better, format, label) of a point's fresh-judge figure: the crossover judges' boundary error,
+    or the sight of whole-window judges."""
     return FRESH_JUDGE_FIGURES[point.get('fresh_judge_recipe', 'crossover')]
 
 
@@ -134,7 +137,7 @@ def judge_verdict(arm, control):
     judges' seeds, on their recipe's figure (both sides are judged by one recipe)."""
     if arm.get('fresh_judge_blind') and control.get('fresh_judge_blind'):
         return 'blind'
-    key, higher_is_better = fresh_judge_figure(arm)
+    key, higher_is_better = fresh_judge_figure(arm)[:2]
     if fresh_judge_figure(control)[0] != key:
         raise ValueError("the arm and the control were judged by different fresh-judge recipes")
     return compare(*[(e[key], e[key + '_sd'], e['fresh_judge_n']) for e in (arm, control)], higher_is_better)

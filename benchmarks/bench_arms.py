@@ -150,8 +150,7 @@ def arm_row(name, out, n, e, v):
     else:  # SPIN: the model is its own judge; its held-out margin instead
         judge = f"– | – | margin {trained['start']['heldout_margin']:.1f} → {h[-1]['heldout_margin']:.1f} | –"
         seconds = sum(x['time'] for x in h)
-    fresh, higher_is_better = fresh_judge_figure(e)
-    spec = '.2f' if higher_is_better else '.3f'  # a boundary error in tokens, or an AUC
+    fresh, _, spec, _ = fresh_judge_figure(e)
     return (f"| {name} | {n} | {judge} | {e['val_perplexity']:.3f} | {e[fresh]:{spec}} ± {e[fresh + '_sd']:{spec}} | "
             f"{e['c2st_auc']:.3f} ± {e['c2st_auc_sd']:.3f} | "
             f"{e['mauve']:.3f} ± {e['mauve_sd']:.3f} | {e['sample_entropy']:.3f} | {e['unknown_word_rate']:.3f} | "
@@ -181,7 +180,7 @@ def plot_arms(results, run, outs, png):
     load = lambda p: json.load(open(p))  # noqa: E731
     sweep = sorted(load(os.path.join(run, 'eval_v1.json')) + load(os.path.join(run, 'sweep_v1.json')),
                    key=lambda e: e['temperature'])
-    x, (y, higher_is_better) = 'sample_entropy', fresh_judge_figure(sweep[0])
+    x, (y, _, _, ylabel) = 'sample_entropy', fresh_judge_figure(sweep[0])
     ax.errorbar([e[x] for e in sweep], [e[y] for e in sweep], yerr=[e[y + '_sd'] for e in sweep], marker='o',
                 capsize=3, color='gray', label='base v1, temperature sweep (sd over judges)')
     for e in sweep:
@@ -202,8 +201,7 @@ def plot_arms(results, run, outs, png):
                     label=f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''}; val ppl "
                           f"{np.mean([e['val_perplexity'] for e, _ in runs]):.3f})")
     ax.set(xlabel='sample entropy (nats per token; diversity)',
-           ylabel=('fresh-judge boundary error (↑' if higher_is_better else "fresh whole-window judges' sight (↓")
-           + ' closer to natural)',
+           ylabel=ylabel,
            title='Cycle 1 of every arm against its controls (referee: base v1)')
     ax.legend(fontsize=7, loc='best')
     fig.tight_layout()

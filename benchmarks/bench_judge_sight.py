@@ -46,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from judge import reward_data_cmd, reward_model_cmd, sight_auc, sight_auc_sd  # noqa: E402
+from evaluate import sight_figures  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import token_logprobs  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
@@ -150,15 +151,12 @@ def main():
             trunk = a.stronger_trunk if recipe.startswith('stronger_') else base_path
             seconds = train_judge(trunk, data, out, recipe, limit, a.seed)
             judge_ckpt = load_checkpoint(out)
-            judge = GPT.from_checkpoint(judge_ckpt)
-            with torch.no_grad():
-                p_natural = judge(reference)[0][:, 0].numpy()
-                p_samples = judge(samples)[0][:, 0].numpy()
+            sight = sight_figures(GPT.from_checkpoint(judge_ckpt), reference, samples, a.seed)
             m = judge_ckpt['metrics']
             rows.append(dict(recipe=recipe, seconds=seconds, iters=judge_ckpt['iter_num'], allowed=allowed,
                              r2=f"{m['r2']:.4f}" if RECIPES[recipe][0] == 'crossover' else '–',
                              pairs=m['pair_accuracy'], data_seconds=data_seconds if allowed.endswith('epochs') else 0,
-                             sight=sight_auc(p_natural, p_samples), sight_sd=sight_auc_sd(p_natural, p_samples, a.seed)))
+                             sight=sight['sight_auc'], sight_sd=sight['sight_auc_sd']))
             r = rows[-1]
             print(f"  {recipe}: sight AUC {r['sight']:.3f} ± {r['sight_sd']:.3f}, pair accuracy {r['pairs']:.3f}, "
                   f"crossover R² {r['r2']}, kept iteration {r['iters']} of {allowed}, {seconds:.0f} s", flush=True)
