@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny deterministic corpus, prepared char/BPE datasets and tiny checkpoints, all in temp dirs."""
+import json
 import os
 import random
 import subprocess
@@ -28,11 +29,40 @@ def make_text(n_chars=40000, seed=0):
     return '\n'.join(lines)[:n_chars]
 
 
-def run_script(*args, env=None, timeout=600):
-    """Run a repository script as a user would; returns the CompletedProcess."""
+def run_script(*args, env=None, timeout=600, fresh=False):
+    """Run a repository script as a user would; returns the CompletedProcess. A script file with no environment of
+    its own runs in a process forked from this worker's fork server (tests/forkserver.py: the imports every script
+    pays are done once); `-m` runs, runs with their own environment, fresh=True (two runs that must differ in hash
+    seed, as two users' would) and SELFPLAY_TEST_FORK=0 start a fresh interpreter."""
+    forkable = args[0].endswith('.py') and not env and not fresh and os.environ.get('SELFPLAY_TEST_FORK') != '0'
+    if forkable:
+        return _forked_run(args[0], args[1:], timeout)
     full_env = dict(os.environ, **(env or {}))
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=full_env)
+
+
+_SERVER = {}
+
+
+def _forked_run(script, args, timeout):
+    """One script run through this worker's fork server (started on first use), its output through two temp files."""
+    import tempfile
+    from forkserver import request_run
+    if 'proc' not in _SERVER or _SERVER['proc'].poll() is not None:
+        _SERVER['dir'] = tempfile.TemporaryDirectory()
+        _SERVER['socket'] = os.path.join(_SERVER['dir'].name, 'socket')
+        _SERVER['proc'] = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tests', 'forkserver.py'),
+                                            _SERVER['socket']], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert _SERVER['proc'].stdout.readline() == 'ready\n', 'the fork server did not start'
+    with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err, open(os.devnull) as null:
+        try:
+            code = request_run(_SERVER['socket'], script, args, ROOT, os.environ,
+                               (null.fileno(), out.fileno(), err.fileno()), timeout)
+        except TimeoutError:
+            raise subprocess.TimeoutExpired([script, *args], timeout) from None
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess([sys.executable, script, *args], code, out.read(), err.read())
 
 
 def spawn_two_ranks(fn, *args):
@@ -72,8 +102,8 @@ TINY_MODEL = ['--n_layer=2', '--n_head=2', '--n_embd=32', '--block_size=32', '--
               '--device=cpu', '--compile=False', '--log_interval=10', '--warmup_iters=5', '--learning_rate=3e-3']
 
 
-def train_tiny(data_dir, out_dir, *extra):
-    result = run_script('train.py', f'--dataset={data_dir}', f'--out_dir={out_dir}', *TINY_MODEL, *extra)
+def train_tiny(data_dir, out_dir, *extra, fresh=False):
+    result = run_script('train.py', f'--dataset={data_dir}', f'--out_dir={out_dir}', *TINY_MODEL, *extra, fresh=fresh)
     assert result.returncode == 0, result.stderr
     return result
 
@@ -93,7 +123,7 @@ def bpe_ckpt(tmp_path_factory, bpe_data):
     return str(out / 'ckpt.pt')
 
 
-def prepare_reward(ckpt, out, *extra, data=None, mode='binary'):
+def prepare_reward(ckpt, out, *extra, data=None, mode='binary', fresh=False):
     """prepare_reward_data.py on a tiny model: 3 samples per block, small generation batches."""
     args = ['prepare_reward_data.py', '--model_path', ckpt, '--output_dir', str(out), '--device', 'cpu',
             '--samples_per_chunk', '3', '--batch_size', '16']
@@ -102,7 +132,7 @@ def prepare_reward(ckpt, out, *extra, data=None, mode='binary'):
                  '--val_bin', os.path.join(data, 'val.bin')]
     else:
         args += ['--input_mode', 'text', '--data_path', data]
-    r = run_script(*args, *extra)
+    r = run_script(*args, *extra, fresh=fresh)
     assert r.returncode == 0, r.stderr
     return r
 

@@ -184,7 +184,8 @@ def test_bpe_cycle_runs_every_stage(tmp_path, bpe_data):
     test_train and here, and as controls by the char cycle tests."""
     out = tmp_path / 'bpe'
     stdout = cycles(out, bpe_data, '--num_cycles=1', '--block_size=24', '--eval_num_samples=8', '--base_eval_iters=2',
-                    '--control_temperatures=1.0', '--controls=False', '--judge_seeds=1')
+                    '--control_temperatures=1.0', '--controls=False', '--judge_seeds=1', '--base_max_iters=10',
+                    '--base_eval_interval=10')  # a 50,257-token softmax costs 0.3 s an iteration here
     assert 'finished: num_cycles (1)' in stdout
     for name in ('base_model_v2.pt', 'eval_v1.json', 'eval_v2.json', 'reward_model_v1.pt'):
         assert (out / name).exists(), name

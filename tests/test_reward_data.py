@@ -71,7 +71,7 @@ def test_blocks_are_drawn_from_the_whole_split(char_reward, char_data):
 
 
 def test_deterministic_and_batch_layout_independent(tmp_path, char_ckpt, char_data, char_reward):
-    prepare_reward(char_ckpt, tmp_path / 'again', '--max_blocks', '12', data=char_data)
+    prepare_reward(char_ckpt, tmp_path / 'again', '--max_blocks', '12', data=char_data, fresh=True)  # another hash seed
     for name in ('train_x.bin', 'train_y.bin', 'val_x.bin', 'val_y.bin', 'train_metadata.txt'):
         assert open(os.path.join(char_reward, name), 'rb').read() == open(tmp_path / 'again' / name, 'rb').read()
     prepare_reward(char_ckpt, tmp_path / 'seed2', '--max_blocks', '12', '--seed', '7', data=char_data)

@@ -24,8 +24,8 @@ def test_train_resume_continues_iterations_and_optimizer(tmp_path, char_data):
 
 def test_training_lowers_val_loss_and_is_deterministic(tmp_path, char_data):
     runs = []
-    for name in ('a', 'b'):
-        r = train_tiny(char_data, str(tmp_path / name), '--max_iters=30', '--eval_interval=30')
+    for name in ('a', 'b'):  # the second in a fresh interpreter: another hash seed, as another user's run has
+        r = train_tiny(char_data, str(tmp_path / name), '--max_iters=30', '--eval_interval=30', fresh=name == 'b')
         runs.append(r.stdout)
     losses = [float(l.split('val loss ')[1].split(',')[0]) for l in runs[0].splitlines() if l.startswith('step')]
     assert losses[-1] < losses[0] - 0.5

@@ -1,0 +1,51 @@
+"""The suite's fork server (tests/forkserver.py) runs a script as a fresh interpreter runs it: the same output, exit
+code and traceback, its own argv, sys.path[0] and working directory, a nested `sys.executable script.py` (a
+run_cycles stage) too, and a timeout kills it."""
+import subprocess
+
+import pytest
+
+from conftest import run_script
+
+SCRIPT = '''
+import os, subprocess, sys
+import helper  # beside the script: sys.path[0] is the script's folder
+print('argv', sys.argv[1:], 'cwd', os.path.basename(os.getcwd()), 'stdin', repr(sys.stdin.read()), helper.VALUE)
+print('to stderr', file=sys.stderr)
+if sys.argv[1] == 'nested':
+    r = subprocess.run([sys.executable, __file__, 'exit', '5'], capture_output=True, text=True)
+    print('nested', r.returncode, r.stdout.split()[1:3])
+    r = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, text=True)
+    print('nested -c', r.stdout.strip())
+elif sys.argv[1] == 'exit':
+    sys.exit(int(sys.argv[2]))
+elif sys.argv[1] == 'raise':
+    raise RuntimeError('boom')
+elif sys.argv[1] == 'sleep':
+    import time
+    time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize('args', [['plain', 'x'], ['exit', '3'], ['raise'], ['nested']])
+def test_a_forked_run_is_a_fresh_run(tmp_path, args):
+    (tmp_path / 'helper.py').write_text('VALUE = 17\n')
+    (tmp_path / 'script.py').write_text(SCRIPT)
+    forked = run_script(str(tmp_path / 'script.py'), *args)
+    fresh = run_script(str(tmp_path / 'script.py'), *args, fresh=True)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout)
+    assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == 'to stderr'
+    assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
+    expected = {'plain': 0, 'exit': 3, 'raise': 1, 'nested': 0}[args[0]]
+    assert forked.returncode == expected and "stdin '' 17" in forked.stdout
+    if args[0] == 'raise':
+        assert 'Traceback' in forked.stderr and 'RuntimeError: boom' in forked.stderr
+    if args[0] == 'nested':
+        assert "nested 5 [\"['exit',\", \"'5']\"]" in forked.stdout and 'nested -c 42' in forked.stdout
+
+
+def test_a_forked_run_past_its_timeout_is_killed(tmp_path):
+    (tmp_path / 'helper.py').write_text('VALUE = 17\n')
+    (tmp_path / 'script.py').write_text(SCRIPT)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_script(str(tmp_path / 'script.py'), 'sleep', timeout=3)
