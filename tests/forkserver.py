@@ -43,7 +43,8 @@ def request_run(sock_path, script, args, cwd, env, fds, timeout=None):
 
 
 def launch():
-    """The launcher, run as `python -S forkserver.py script args`: a run's sys.executable."""
+    """What a forked run's sys.executable (the `python` file serve writes: `python -S`, then this) does with its
+    arguments: a script through the server, anything else in a real interpreter."""
     args = sys.argv[1:]
     if not args or not args[0].endswith('.py'):  # python -c / -m / no script: a real interpreter
         real = os.environ['SELFPLAY_TEST_REAL_PYTHON']
