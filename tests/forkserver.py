@@ -22,6 +22,7 @@ import sys
 
 PRELOAD = ('torch', 'torch._dynamo', 'numpy', 'mauve')
 SOCKET_ENV = 'SELFPLAY_TEST_FORKSERVER'  # the server's socket, for the launcher
+REAL_PYTHON_ENV = 'SELFPLAY_TEST_REAL_PYTHON'  # the interpreter the launcher hands -c / -m runs to
 
 
 def request_run(sock_path, script, args, cwd, env, fds, timeout=None):
@@ -47,7 +48,7 @@ def launch():
     arguments: a script through the server, anything else in a real interpreter."""
     args = sys.argv[1:]
     if not args or not args[0].endswith('.py'):  # python -c / -m / no script: a real interpreter
-        real = os.environ['SELFPLAY_TEST_REAL_PYTHON']
+        real = os.environ[REAL_PYTHON_ENV]
         os.execv(real, [real, *args])
     code = request_run(os.environ[SOCKET_ENV], args[0], args[1:], os.getcwd(), os.environ, (0, 1, 2))
     if code < 0:
@@ -61,7 +62,7 @@ def run_child(request, fds, sock_path, launcher):
         os.dup2(fd, target)
         os.close(fd)
     os.environ.clear()
-    os.environ.update(request['env'], **{SOCKET_ENV: sock_path, 'SELFPLAY_TEST_REAL_PYTHON': sys.executable})
+    os.environ.update(request['env'], **{SOCKET_ENV: sock_path, REAL_PYTHON_ENV: sys.executable})
     os.chdir(request['cwd'])
     script = os.path.abspath(request['script'])
     sys.argv = [request['script'], *request['args']]

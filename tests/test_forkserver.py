@@ -27,12 +27,17 @@ elif sys.argv[1] == 'sleep':
 '''
 
 
-@pytest.mark.parametrize('args', [['plain', 'x'], ['exit', '3'], ['raise'], ['nested']])
-def test_a_forked_run_is_a_fresh_run(tmp_path, args):
+@pytest.fixture
+def script(tmp_path):
     (tmp_path / 'helper.py').write_text('VALUE = 17\n')
     (tmp_path / 'script.py').write_text(SCRIPT)
-    forked = run_script(str(tmp_path / 'script.py'), *args)
-    fresh = run_script(str(tmp_path / 'script.py'), *args, fresh=True)
+    return str(tmp_path / 'script.py')
+
+
+@pytest.mark.parametrize('args', [['plain', 'x'], ['exit', '3'], ['raise'], ['nested']])
+def test_a_forked_run_is_a_fresh_run(script, args):
+    forked = run_script(script, *args)
+    fresh = run_script(script, *args, fresh=True)
     assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout)
     assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == 'to stderr'
     assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
@@ -44,8 +49,6 @@ def test_a_forked_run_is_a_fresh_run(tmp_path, args):
         assert "nested 5 [\"['exit',\", \"'5']\"]" in forked.stdout and 'nested -c 42' in forked.stdout
 
 
-def test_a_forked_run_past_its_timeout_is_killed(tmp_path):
-    (tmp_path / 'helper.py').write_text('VALUE = 17\n')
-    (tmp_path / 'script.py').write_text(SCRIPT)
+def test_a_forked_run_past_its_timeout_is_killed(script):
     with pytest.raises(subprocess.TimeoutExpired):
-        run_script(str(tmp_path / 'script.py'), 'sleep', timeout=3)
+        run_script(script, 'sleep', timeout=3)
