@@ -6,6 +6,7 @@ from text or from train.bin/val.bin.
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -192,3 +193,32 @@ def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, 
     for tokens, name in zip((train, val), names):
         _check_tokens(tokens, name, tokenizer.vocab_size, block_size)
     return train, val, TokenizationInfo.from_dict(tokenizer.info())
+
+
+# -----------------------------------------------------------------------------
+# the train split's words: the unknown-word rate of the evaluation, and the exact reward of GRPO's positive control
+
+VOCAB_TOKENS = 20_000_000  # the known words come from at most this many train tokens
+
+
+def words_of(text):
+    """Lower-cased words (letters and inner apostrophes) of a text."""
+    return [w.strip("'").lower() for w in re.findall(r"[A-Za-z']+", text) if w.strip("'")]
+
+
+def words_known_in(tokens, tokenizer):
+    """The words of a split (its first VOCAB_TOKENS tokens), decoded by its tokenizer."""
+    return set(words_of(tokenizer.decode(np.asarray(tokens[:VOCAB_TOKENS]).tolist())))
+
+
+def train_words(data_dir):
+    """The known words of unknown_word_rate: those of the train split."""
+    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
+    return words_known_in(train, TokenizationManager('auto', data_dir=data_dir))
+
+
+def unknown_word_rate(texts, known_words):
+    """Share of words never seen in known_words (the train split's): the misspelt and invented words a char
+    model writes and natural text rarely has. Each text's first and last word are skipped: the window may cut them."""
+    words = [w for t in texts for w in words_of(t)[1:-1]]
+    return sum(w not in known_words for w in words) / len(words) if words else 0.0

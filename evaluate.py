@@ -37,22 +37,21 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import tempfile
 
 import numpy as np
 import torch
 
+from auc import sight_auc, sight_auc_sd
 from configurator import UserError, run_cli
-from data_loader import resolve_data_dir
-from judge import reward_data_cmd, reward_model_cmd, sight_auc, sight_auc_sd
+from data_loader import resolve_data_dir, train_words, unknown_word_rate
+from judge import reward_data_cmd, reward_model_cmd
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
 from two_sample import C2ST_FOLDS, PROMPT_LEN, continuation_texts, eval_windows, two_sample_test
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-VOCAB_TOKENS = 20_000_000  # the known words of unknown_word_rate come from at most this many train tokens
 # the fresh judges' recipes: (the crossover_k of their data, the train_reward_model.py options fixed by the recipe,
 # the figures averaged over seeds). crossover: the referee's trunk stays frozen (one fixed featurizer), its head sees
 # the mean over positions. window: every weight of the referee's copy trains, on whole windows (docs/judges.md)
@@ -75,25 +74,6 @@ def repetition_rate(sequences, n=4):
         if grams:
             rates.append(1.0 - len(set(grams)) / len(grams))
     return float(np.mean(rates)) if rates else 0.0
-
-
-def words_of(text):
-    """Lower-cased words (letters and inner apostrophes) of a text."""
-    return [w.strip("'").lower() for w in re.findall(r"[A-Za-z']+", text) if w.strip("'")]
-
-
-def train_words(data_dir):
-    """The known words of unknown_word_rate: those of the train split (its first VOCAB_TOKENS tokens)."""
-    tok = TokenizationManager('auto', data_dir=data_dir)
-    train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    return set(words_of(tok.decode(train[:VOCAB_TOKENS].tolist())))
-
-
-def unknown_word_rate(texts, known_words):
-    """Share of words never seen in known_words (the train split's): the misspelt and invented words a char
-    model writes and natural text rarely has. Each text's first and last word are skipped: the window may cut them."""
-    words = [w for t in texts for w in words_of(t)[1:-1]]
-    return sum(w not in known_words for w in words) / len(words) if words else 0.0
 
 
 def text_statistics(token_seqs, texts, known_words=None):
@@ -145,10 +125,11 @@ def sight_figures(judge, reference, samples, seed):
 
 
 def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, temperature, top_k, max_blocks,
-                 samples_per_chunk, rm_args, recipe='crossover', sight_windows=None):
+                 samples_per_chunk, rm_args, recipe='crossover', sight_windows=None, exclude_eval=None):
     """One fresh judge per seed (run in this process, through the two scripts' own main): its figures on the test
     half of its val data, or with the window recipe its sight on sight_windows (reference, samples), and the
-    signature of its trunk (the referee's, trained further by the window recipe)."""
+    signature of its trunk (the referee's, trained further by the window recipe). exclude_eval: (samples, seed) of
+    the evaluation, whose two-sample windows none of its val blocks is."""
     import prepare_reward_data
     import train_reward_model
     crossover_k, fixed_args, keys = JUDGE_RECIPES[recipe]
@@ -158,7 +139,8 @@ def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, tem
             rd, rm = os.path.join(tmp, 'data'), os.path.join(tmp, 'judge.pt')
             with open(os.devnull, 'w') as quiet, contextlib.redirect_stdout(quiet):  # their bars stay on stderr
                 prepare_reward_data.main(reward_data_cmd(ckpt_path, data_dir, rd, max_blocks, samples_per_chunk,
-                                                         seed, device, temperature, top_k, crossover_k)[1:])
+                                                         seed, device, temperature, top_k, crossover_k,
+                                                         exclude_eval)[1:])
                 train_reward_model.main(reward_model_cmd(referee_path, rd, rm, seed, device,
                                                          list(rm_args) + fixed_args)[1:])
             judge = load_checkpoint(rm)
@@ -221,7 +203,7 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
         seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]
         figures.update(fresh_judges(path, A.referee, data_dir, A.work_dir, str(device), seeds, temperature, A.top_k,
                                     A.judge_max_blocks, A.judge_samples_per_chunk, A.judge_args.split(),
-                                    A.judge_recipe, windows))
+                                    A.judge_recipe, windows, (A.num_samples, A.seed)))
     return figures
 
 

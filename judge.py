@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from model import sequence_probs
+from two_sample import tfidf_classifier
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -101,35 +102,6 @@ def reward_metrics(p_natural, y_natural, block_size, baseline_mean):
                 boundary_error=block_size * mae)
 
 
-def auc(higher, lower):
-    """The probability that a score of `higher` exceeds one of `lower`, ties counting half (Mann-Whitney U over the
-    product of the sizes), from the ranks of the pooled scores: O(n log n)."""
-    from scipy.stats import rankdata
-    a, b = np.asarray(higher, dtype=np.float64).ravel(), np.asarray(lower, dtype=np.float64).ravel()
-    ranks = rankdata(np.concatenate([a, b]))[:a.size]  # ties get their average rank
-    return float((ranks.sum() - a.size * (a.size + 1) / 2) / (a.size * b.size))
-
-
-def sight_auc(natural_scores, sample_scores):
-    """A judge's sight: the AUC at telling natural text from the generator's samples, the probability that a natural
-    window scores above a sample (ties count half). 0.5: blind; 1: every natural window above every sample. Scores
-    are the judge's P(natural) or any monotone function of it."""
-    return auc(natural_scores, sample_scores)
-
-
-def bootstrap_aucs(higher, lower, seed, n):
-    """auc(higher, lower) over n bootstrap redraws of both sides' scores (with replacement): the texts' share of an
-    AUC's spread."""
-    rng = np.random.default_rng(seed)
-    higher, lower = np.asarray(higher).ravel(), np.asarray(lower).ravel()
-    return np.array([auc(rng.choice(higher, higher.size), rng.choice(lower, lower.size)) for _ in range(n)])
-
-
-def sight_auc_sd(natural_scores, sample_scores, seed, n=200):
-    """The spread of a judge's sight over texts: its sd over n bootstrap redraws of both sides."""
-    return float(np.std(bootstrap_aucs(natural_scores, sample_scores, seed, n), ddof=1))
-
-
 def judge_update(judge_fn, params, optimizer, replay, steps, batch_size, loss_kind, gen, rt):
     """steps optimizer steps of the online judge on minibatches of the replay buffer (inputs, labels, and for a
     pairwise judge the inputs of each rollout's natural window) of the latest and earlier rollouts. judge_fn maps
@@ -171,7 +143,6 @@ class NgramJudge:
     def fit(self, natural_texts, sample_texts):
         """Refit on these texts; returns its log loss on them."""
         from sklearn.metrics import log_loss
-        from two_sample import tfidf_classifier  # two_sample imports this module
         texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
         y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
         self.classifier = tfidf_classifier()
@@ -188,14 +159,16 @@ class NgramJudge:
 
 
 def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
-                    top_k=None, crossover_k=0):
+                    top_k=None, crossover_k=0, exclude_eval=None):
     """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way
-    (crossover_k: every sample keeps that many natural tokens, the whole-window judges' data; 0: K drawn)."""
+    (crossover_k: every sample keeps that many natural tokens, the whole-window judges' data; 0: K drawn;
+    exclude_eval: (samples, seed) of the evaluation, whose two-sample windows no val block may be)."""
     return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
             '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
             '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
             '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)] \
-        + (['--crossover_k', str(crossover_k)] if crossover_k else [])
+        + (['--crossover_k', str(crossover_k)] if crossover_k else []) \
+        + (['--exclude_eval_windows', str(exclude_eval[0]), '--eval_seed', str(exclude_eval[1])] if exclude_eval else [])
 
 
 def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):

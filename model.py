@@ -279,8 +279,8 @@ class GPT(nn.Module):
           'graph'   'static' recorded once per shape as a CUDA graph and replayed per token (CUDA only);
           'compile' 'static' through torch.compile (fused kernels), recorded as a CUDA graph on CUDA;
           'auto'    'eager' on every device: the graph loop becomes the default once a GPU run has measured it.
-        A 'graph' or 'compile' loop that fails to compile or record falls back to 'eager' for the call, with one
-        warning. Every call checks, once after the loop, that the logits were finite and the tokens in the vocabulary.
+        A 'graph' or 'compile' loop that fails to compile or record falls back to 'eager', with one warning; the
+        failure is remembered for that shape and settings, whose later calls go straight to 'eager'. Every call checks, once after the loop, that the logits were finite and the tokens in the vocabulary.
         """
         assert self.config.mode == 'generator', "generate() needs a generator-mode model"
         if sampler not in SAMPLERS:
@@ -303,7 +303,8 @@ class GPT(nn.Module):
             try:
                 with torch.cuda.device(idx.device) if idx.device.type == 'cuda' else nullcontext():
                     decoder = static_decoder(self, B, total, temperature, top_k, entropy, sampler)
-                    result = decoder.run(idx, start, prompt_lengths, generator)
+                    if decoder is not None:  # None: this shape failed before, so the eager loop, silently
+                        result = decoder.run(idx, start, prompt_lengths, generator)
             except RecordingFailed as e:
                 if decoder is not None:
                     decoder.evict()
@@ -608,20 +609,27 @@ _decoders = weakref.WeakKeyDictionary()  # model -> {settings: StaticDecoder}; f
 
 
 def static_decoder(model, B, total, temperature, top_k, entropy, sampler):
-    """The model's StaticDecoder for this shape and these settings, made on first use. The cache is dropped when a
-    parameter moved or changed shape (model.to, crop_block_size, a new tensor): a graph reads fixed addresses."""
+    """The model's StaticDecoder for this shape and these settings, made on first use; None where one failed before
+    (its failure is remembered, so it is not compiled or recorded again at every call). The cache and the failures
+    are dropped when a parameter moved or changed shape (model.to, crop_block_size, a new tensor): a graph reads
+    fixed addresses."""
     device = model.transformer.wte.weight.device
     weights = tuple((p.data_ptr(), tuple(p.shape)) for p in model.parameters())
     autocast = (torch.is_autocast_enabled('cuda'), torch.get_autocast_dtype('cuda')) if device.type == 'cuda' else ()
     key = (B, total, float(temperature), top_k, bool(entropy), sampler, str(device), model.training, autocast)
     entry = _decoders.get(model)
     if entry is None or entry['weights'] != weights:
-        entry = _decoders[model] = {'weights': weights, 'decoders': {}}
+        entry = _decoders[model] = {'weights': weights, 'decoders': {}, 'failed': set()}
+    if key in entry['failed']:
+        return None
     decoders = entry['decoders']
     if key not in decoders:
         decoders[key] = StaticDecoder(model, B, total, temperature, top_k, entropy, sampler, device)
     decoder = decoders[key]
-    decoder.evict = lambda: decoders.pop(key, None)  # after a failure: a failed recording is never replayed
+    def evict():  # after a failure: a failed recording is never replayed, nor tried again for this shape
+        decoders.pop(key, None)
+        entry['failed'].add(key)
+    decoder.evict = evict
     return decoder
 
 

@@ -29,6 +29,7 @@ from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
 from tokenization_manager import TokenizationInfo
+from two_sample import eval_window_indices
 
 FORMAT_VERSION = 3  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin; 3: the natural
 # blocks themselves in {split}_natural.bin, each sample's natural counterpart (pairwise judges)
@@ -59,22 +60,25 @@ def parse_args(argv):
     p.add_argument('--crossover_k', type=int, default=d.crossover_k,
                    help="0: K ~ U[1, N-1] per sample; k: every sample keeps its first k natural tokens (8: "
                         "whole-window judges, the two-sample test's prompt length)")
+    p.add_argument('--exclude_eval_windows', type=int, default=d.exclude_eval_windows,
+                   help="n > 0: no val block is one of the evaluation's 2n two-sample windows (of --eval_seed)")
+    p.add_argument('--eval_seed', type=int, default=d.eval_seed, help="the evaluation's seed (evaluate.py --seed)")
     p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split, drawn at random from all of it (default: every block)")
     return RewardDataConfig(**vars(p.parse_args(argv)))
 
 
-def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng, crossover_k=0):
+def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng, crossover_k=0, exclude=()):
     """
     Blocks (n_blocks, N), their token offsets in the split (n_blocks,), and a crossover K in [1, N-1] per sample
     (n_blocks, spc): drawn uniformly, or crossover_k for every sample when it is set. The split is cut into
     consecutive non-overlapping blocks; with max_blocks below their number,
     max_blocks of them are drawn uniformly without replacement (kept in split order), so the data spans the whole
-    split instead of its first pages.
+    split instead of its first pages. Blocks whose index is in `exclude` are never drawn.
     """
     n_total = len(tokens) // N
-    chosen = np.arange(n_total)
-    if max_blocks and max_blocks < n_total:
-        chosen = np.sort(rng.choice(n_total, size=max_blocks, replace=False))
+    chosen = np.setdiff1d(np.arange(n_total), np.asarray(exclude, dtype=np.int64))
+    if max_blocks and max_blocks < len(chosen):
+        chosen = np.sort(rng.choice(chosen, size=max_blocks, replace=False))
     blocks = np.asarray(tokens[:n_total * N]).reshape(n_total, N)[chosen]
     K = rng.integers(1, N, size=(len(chosen), samples_per_chunk))
     if crossover_k:  # drawn all the same, so the blocks chosen do not depend on it
@@ -178,7 +182,10 @@ def main(argv):
     summary, t0 = [], time.time()
     for split_idx, (split, tokens) in enumerate((('train', train), ('val', val))):
         rng = np.random.default_rng([cfg.seed, split_idx])
-        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng, cfg.crossover_k)
+        exclude = eval_window_indices(len(tokens) // N, cfg.exclude_eval_windows, cfg.eval_seed) \
+            if split == 'val' and cfg.exclude_eval_windows else ()
+        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng, cfg.crossover_k,
+                                             exclude)
         t_split = time.time()
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
                            cfg.seed * 2 + split_idx, rt, f"{split} ({len(blocks)} blocks)")
@@ -189,6 +196,7 @@ def main(argv):
                 f"uniformly without replacement (seed {cfg.seed}), kept in split order"
             write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks),
                                                    blocks_in_split=n_total, block_selection=drawn,
+                                                   excluded_eval_windows=len(exclude),
                                                    block_offsets_file=f'{split}_block_offsets.bin',
                                                    natural_file=f'{split}_natural.bin',
                                                    flops=model.flops_per_token() * len(x) * N), offsets, blocks)

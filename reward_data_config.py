@@ -34,6 +34,10 @@ class RewardDataConfig:
     batch_size: int = 512  # sequences generated together
     max_blocks: Optional[int] = None  # at most this many blocks per split (default all)
     crossover_k: int = 0  # 0: K ~ U[1, N-1] per sample; k > 0: every sample keeps its block's first k tokens
+    # n > 0: no val block is one of the 2n windows of the evaluation's two-sample test (two_sample.eval_windows of
+    # eval_seed), so that a judge never selects on the windows its sight and the referee are read on
+    exclude_eval_windows: int = 0
+    eval_seed: int = 1337
 
     def data_dir(self):
         """Where meta.pkl would sit next to the input data."""
@@ -99,6 +103,8 @@ class RewardDataConfig:
             bad(f"--batch_size must be >= 1, got {self.batch_size}", "use e.g. --batch_size 512")
         if self.max_blocks is not None and self.max_blocks < 1:
             bad(f"--max_blocks must be >= 1, got {self.max_blocks}", "leave it out to use every block")
+        if self.exclude_eval_windows < 0:
+            bad(f"--exclude_eval_windows must be >= 0, got {self.exclude_eval_windows}", "leave it out (0)")
         if self.crossover_k < 0:
             bad(f"--crossover_k must be >= 0, got {self.crossover_k}", "leave it out (0) to draw K ~ U[1, N-1]")
         N = self.block_size or (ckpt['model_args']['block_size'] if ckpt is not None else None)

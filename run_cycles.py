@@ -31,7 +31,7 @@ from data_loader import data_path, file_sha256
 from early_stopping import EarlyStopping
 from judge import PAIRED_LOSSES, reward_data_cmd, reward_model_cmd
 from tracking import TRACKING_DEFAULTS, tracking_args
-from verdict import FRESH_JUDGE_FIGURES, VERDICT_FORMAT, cycle_verdict, fresh_judge_figure
+from verdict import FRESH_JUDGE_FIGURES, VERDICT_FORMAT, cycle_verdict, fresh_judge_figure, matched_temperature
 from runtime import resolve_device
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -60,7 +60,9 @@ base_eval_interval = 100
 base_eval_iters = 20  # batches per split at each evaluation of base v1 and the MLE control (nanoGPT's eval_iters)
 base_patience = 3  # base v1 and the MLE control stop after this many evaluations without a val-loss gain of
 base_min_delta = 0.002  # at least this, and keep their best checkpoint
-base_select_tokens = 0  # >0: both select on the last this many train tokens, held out of their training, not on val
+# both select on the last this many train tokens, held out of their training, never on val (which the verdict reads);
+# 0: on val, as nanoGPT does
+base_select_tokens = 100000
 trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
@@ -101,6 +103,12 @@ grpo_judge_natural_windows = 0  # natural train windows the online judge also le
 grpo_referee_samples = 0  # k > 0: the two-sample AUC of k policy samples at each GRPO evaluation (log and curves)
 grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
 grpo_nll_weight = 0.0  # real text in GRPO's loss: this weight times the next-token loss of its prompts' continuations
+# the positive controls (train_grpo.py's reward): 'judge' plays the cycle's judge; 'teacher' a stronger generator's
+# per-token log-ratio (grpo_teacher_path), 'known_words' the share of train-split words; the judge is still trained,
+# scores every rollout and reads the new version, as a judge that did not play
+grpo_reward = 'judge'
+grpo_teacher_path = ''
+grpo_token_discount = 0.23  # with grpo_token_advantages: the discount of later per-token rewards (1: their sum)
 trainer_seed = 0  # 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: s + n (repeats)
 # SPIN (trainer='spin'; train_spin.py)
 spin_max_steps = 60
@@ -336,6 +344,9 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
             f'--seed={seed}', '--resume=True'] + (online if C.grpo_judge_update_interval else []) + referee \
         + (['--token_advantages=True'] if C.grpo_token_advantages else []) \
         + ([f'--nll_weight={C.grpo_nll_weight}'] if C.grpo_nll_weight else []) \
+        + ([f'--reward={C.grpo_reward}'] if C.grpo_reward != 'judge' else []) \
+        + ([f'--teacher_path={C.grpo_teacher_path}'] if C.grpo_teacher_path else []) \
+        + ([f'--token_discount={C.grpo_token_discount}'] if C.grpo_token_discount != 0.23 else []) \
         + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])
 
 
@@ -444,6 +455,7 @@ def main(argv):
             for suffix, dest in zip(('_log.jsonl', '_curves.png', '_judge.pt'), partials[1:]):
                 shutil.move(stem + suffix, dest)
         judge = [rm] if C.grpo_judge == 'model' else []
+        judge += [C.grpo_teacher_path] if C.grpo_teacher_path else []  # the positive control's teacher
         script_stage(name, outputs, [base] + judge + data_files + ([arm_log] if arm_log else []),
                      grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n, arm_log=arm_log),
                      f'{prefix}_v{n}.log', after=move_extras)
@@ -470,7 +482,7 @@ def main(argv):
             script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
                          reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
                                          C.seed + n, C.device, C.sample_temperature, C.sample_top_k,
-                                         C.reward_crossover_k),
+                                         C.reward_crossover_k, exclude_eval=(C.eval_num_samples, C.seed)),
                          f'reward_data_v{n}.log')
             trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
             script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
@@ -509,6 +521,17 @@ def select_args(C):
     return [f'--select_tokens={C.base_select_tokens}'] if C.base_select_tokens else []
 
 
+def matched_perplexity(base_path, data_dir, device, temperature):
+    """The previous base's whole-split val perplexity at the matched temperature, with its per-window
+    cross-entropies (the perplexity verdict pairs them window by window with the arm's)."""
+    import numpy as np
+    from model import GPT, evaluate_perplexity
+    base = GPT.from_checkpoint(base_path, device=device)
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    _, ppl, windows = evaluate_perplexity(base, val, base.config.block_size, temperature=temperature, per_window=True)
+    return dict(val_perplexity=ppl, val_window_cross_entropy=windows)
+
+
 def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, path, data_files):
     """Cycle n's controls, measured like the cycle's output, and its verdict against them."""
     from model import GPT, load_checkpoint
@@ -543,8 +566,10 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
     def build(partials):
         points = load_json(path(f'eval_v{n}.json')) + (load_json(path(f'sweep_v{n}.json')) if sweep else [])
         off_point = load_json(path(f'eval_judgeoff_v{n + 1}.json'))[0] if grpo else None
-        v = cycle_verdict(load_json(path(f'eval_v{n + 1}.json'))[0], load_json(path(f'eval_mle_v{n + 1}.json'))[0],
-                          points, base, data_path(C.dataset), resolve_device(C.device), off_point)
+        arm = load_json(path(f'eval_v{n + 1}.json'))[0]
+        matched = matched_temperature(points, arm['sample_entropy'])
+        matched.update(matched_perplexity(base, data_path(C.dataset), resolve_device(C.device), matched['temperature']))
+        v = cycle_verdict(arm, load_json(path(f'eval_mle_v{n + 1}.json'))[0], matched, off_point)
         kept = load_checkpoint(mle)
         v.update(cycle=n, mle_iters=iters, mle_best_iter=kept['iter_num'], mle_stopped_at=kept.get('stopped_at'),
                  mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops,
@@ -613,9 +638,11 @@ def point_row(label, e):
     blind = ' (blind)' if e.get('fresh_judge_blind') else \
         f" ({e['fresh_judge_blind_count']} blind)" if e.get('fresh_judge_blind_count') else ''
     key, _, spec, _ = fresh_judge_figure(e)
+    one = e.get('fresh_judge_n') == 1  # a spread over one judge is no spread: say so instead of '± 0.00'
+    sd = (lambda k: None if one else e.get(k))  # noqa: E731
     return (f"| {label} | {fmt(e.get('val_perplexity'))} | "
-            f"{fmt(e.get(key), spec, e.get(key + '_sd'))}{blind} | "
-            f"{fmt(e.get('fresh_judge_r2'), '.3f', e.get('fresh_judge_r2_sd'))} | "
+            f"{fmt(e.get(key), spec, sd(key + '_sd'))}{' (1 seed)' if one else ''}{blind} | "
+            f"{fmt(e.get('fresh_judge_r2'), '.3f', sd('fresh_judge_r2_sd'))} | "
             f"{fmt(e.get('c2st_auc'), '.3f', e.get('c2st_auc_sd'))} | {fmt(e.get('unknown_word_rate'))} | "
             f"{fmt(e.get('distinct_4_tokens'))} | {fmt(e.get('sample_entropy'))} | "
             f"{fmt(e.get('mauve'), '.3f', e.get('mauve_sd'))} |")
@@ -637,11 +664,14 @@ def beats_every_control(verdicts):
 
 
 def effect_text(e, what, spec='.3f'):
-    """' (arm AUC lower by 0.031 [0.017, 0.045], margin 0.030)': an effect (positive: the arm better) with its
-    95% interval and margin, as the report prints it."""
+    """' (arm AUC lower by 0.031 [0.017, 0.045], margin ±0.030; detectable ≥ 0.014)': an effect (positive: the arm
+    better) with its 95% interval, its equivalence margin and the smallest effect its interval could have called
+    better or worse ('cannot say equal' where the interval is wider than the margin), as the report prints it."""
     if not e:
         return ''
-    return f" ({what} {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}], margin {e['margin']:{spec}})"
+    detectable = e.get('detectable', (e['ci'][1] - e['ci'][0]) / 2)
+    return (f" ({what} {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}], margin ±{e['margin']:{spec}}; "
+            f"detectable ≥ {detectable:{spec}}" + ('' if detectable < e['margin'] else '; cannot say equal') + ")")
 
 
 def verdict_lines(c):
@@ -662,8 +692,10 @@ def verdict_lines(c):
         f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, "
         f"perplexity **{x['perplexity']}**{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}"
         for k, x in vd.items())
-    return [f"**Cycle {c['cycle']} verdict** (computed in `verdict_v{c['cycle']}.json`; {mle}; matched temperature "
-            f"T* = {m['temperature']:.3f}{where}): {labels}. "
+    return [f"**Cycle {c['cycle']} verdict, this checkpoint against each control's** (one training run a side: a "
+            f"claim about the method reads several trainer seeds, `benchmarks/bench_arms.py`; 'equal' only when the "
+            f"whole 95% interval lies inside the margin; computed in `verdict_v{c['cycle']}.json`; {mle}; matched "
+            f"temperature T* = {m['temperature']:.3f}{where}): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else
                "The cycle does not beat every control."), '']
 
@@ -697,8 +729,8 @@ def write_report(out, C, current):
     versions, cycles = collect(out, current)
     lines = ['# Adversarial self-play report', '', f"Run directory `{out}`; config in `config.json`. Every figure "
              f"below is measured by the same instruments: the referee `{C.referee_path or 'base_model_v1.pt'}` gives "
-             f"MAUVE's features and the start of every fresh judge ({C.judge_seeds} seeds per point, each on its "
-             f"own data, selected on one half of its held-out data; {FRESH_JUDGE_TEXT[C.judge_recipe]}; 'blind': "
+             f"MAUVE's features and the start of every fresh judge ({C.judge_seeds} "
+             f"seed{'s' if C.judge_seeds != 1 else ''} per point, each on its own data, selected on one half of its held-out data; {FRESH_JUDGE_TEXT[C.judge_recipe]}; 'blind': "
              f"every judge kept its untrained start); a TF-IDF logistic regression that reads no model tells "
              f"samples from natural windows (two-sample AUC of the pooled out-of-fold scores over 5 folds, ± its "
              f"bootstrap sd over the texts); "

@@ -11,8 +11,9 @@ reference; num_iterations optimizer passes over each batch of rollouts.
 
 A rollout is a crossover sample with K = P (natural prompt, generated tail), labelled P/N as prepare_reward_data
 labels it, so every step also measures the judge on samples it has never seen (judge_r2, judge_boundary_error in
-the log), and its sight: the AUC at ranking each prompt's natural continuation above the rollouts (judge_sight, an
-instrument: its extra scoring pass is not counted in the run's FLOPs). With judge_update_interval=k the judge keeps
+the log), and its sight: the AUC at ranking a fixed set of natural val windows, which no judge trains on, above the
+rollouts, both scored in the same pass and precision (judge_sight, an instrument: its extra scoring pass is not
+counted in the run's FLOPs). With judge_update_interval=k the judge keeps
 up (GAD, TextGAIL): every k steps its head takes judge_steps optimizer steps on the latest rollouts and a replay of
 earlier steps' (its trunk stays frozen, so the features the scoring pass computed are all it needs); the final
 judge is saved beside the policy as *_judge.pt. A pairwise judge (train_reward_model.py --loss=pairwise) is also
@@ -43,7 +44,9 @@ from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
-from judge import NgramJudge, freeze_trunk, judge_update, pair_accuracy, reward_metrics, sight_auc
+from auc import sight_auc
+from judge import NgramJudge, freeze_trunk, judge_update, pair_accuracy, reward_metrics
+from data_loader import words_known_in, words_of
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
 from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
                     token_logprobs, warmup_lr)
@@ -61,6 +64,13 @@ reward_model_path = ''  # the frozen judge
 # scratch every judge_update_interval steps on the replay's rollouts against natural continuations (its prompts' own
 # and judge_natural_windows more), first on judge_warmup_steps batches before the policy moves
 judge = 'model'
+# the reward the policy plays for: 'judge', the judge's P(natural) (the seed's design); or a positive control, a
+# reward known to be right, with the judge still scoring and logged as an instrument beside it: 'teacher', the mean
+# over the completion of log p_teacher - log p_policy per token, a stronger generator at teacher_path (MiniLLM's
+# reverse-KL reward: with token_advantages each token is credited with its own and later log-ratios); 'known_words',
+# the share of the completion's words found in the train split (an exact reward, and a hackable one)
+reward = 'judge'
+teacher_path = ''
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -74,7 +84,7 @@ top_k = None
 sampler = 'auto'  # GPT.generate's decode loop: 'auto' (= 'eager'), 'static', 'graph', 'compile'
 # objective
 scale_rewards = 'group'  # 'group', 'batch' or 'none'
-token_advantages = False  # a token judge only: per-token advantages from its per-position P(natural)
+token_advantages = False  # per-token advantages: a token judge's per-position P(natural), or the teacher's log-ratios
 token_discount = 0.23  # their discount (ScratchGAN's)
 loss_type = 'grpo'  # 'grpo', 'dr_grpo' or 'dapo'
 epsilon = 0.2
@@ -89,7 +99,7 @@ beta2 = 0.99
 grad_clip = 1.0
 warmup_steps = 10
 # stopping
-reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this (not for a pairwise judge)
+reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this (the judge's P(natural) only)
 reward_window = 10  # steps in that moving average
 patience = 0  # steps without the moving average improving by min_delta (0 disables)
 min_delta = 0.0
@@ -294,6 +304,20 @@ def load_models(C, rt):
     return policy_ckpt, rm_ckpt, policy, reward_model, reference
 
 
+def load_teacher(C, policy_ckpt, rt):
+    """The teacher of reward='teacher': a generator of the policy's tokenization that reads whole sequences."""
+    ckpt = load_checkpoint(C.teacher_path)
+    if ckpt['model_args'].get('mode', 'generator') != 'generator':
+        raise UserError(f"{C.teacher_path} is a reward model; --teacher_path takes a generator checkpoint")
+    TokenizationInfo.from_dict(policy_ckpt['tokenization']).check_compatible(
+        TokenizationInfo.from_dict(ckpt['tokenization']), 'the policy', 'the teacher')
+    teacher = GPT.from_checkpoint(ckpt, device=rt.device).requires_grad_(False).eval()
+    if teacher.config.block_size < policy_ckpt['model_args']['block_size']:
+        raise UserError(f"the teacher's block size {teacher.config.block_size} is below the policy's: it cannot "
+                        f"score whole sequences")
+    return teacher
+
+
 def check_config(C):
     if C.judge not in ('model', 'ngram'):
         raise UserError(f"judge must be 'model' (the reward model at reward_model_path) or 'ngram', got {C.judge!r}")
@@ -307,6 +331,14 @@ def check_config(C):
         raise UserError("--judge=ngram is fitted online: pass --judge_update_interval=1 (or k) and "
                         "--judge_warmup_steps=W >= 1, and no judge_unfreeze_layers, judge_loss or token_advantages "
                         "(it has no layers, and scores whole completions)")
+    if C.reward not in ('judge', 'teacher', 'known_words'):
+        raise UserError(f"reward must be 'judge', 'teacher' or 'known_words', got {C.reward!r}")
+    if (C.reward == 'teacher') != bool(C.teacher_path):
+        raise UserError("--reward=teacher needs --teacher_path=GENERATOR.pt, and teacher_path goes with it alone")
+    if C.reward != 'judge' and C.judge_update_interval:
+        raise UserError(f"--reward={C.reward} does not read the judge: it stays frozen (drop judge_update_interval)")
+    if C.token_advantages and C.reward == 'known_words':
+        raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
     if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1 or C.eval_interval < 1:
@@ -345,12 +377,14 @@ def setup(C, rt):
     draws (numpy for prompts, torch for sampling and the judge's minibatches), paths, compute per step, and the
     progress a resume state restores."""
     policy_ckpt, rm_ckpt, policy, reward_model, reference = load_models(C, rt)
-    if C.token_advantages and C.judge == 'model' and reward_model.config.reward_pooling != 'token':
+    if C.token_advantages and C.reward == 'judge' and C.judge == 'model' and \
+            reward_model.config.reward_pooling != 'token':
         raise UserError(f"token_advantages needs a token judge; {C.reward_model_path} pools by "
                         f"'{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
     run = SimpleNamespace(C=C, rt=rt, policy=policy, reward_model=reward_model, reference=reference,
                           policy_ckpt=policy_ckpt, rm_ckpt=rm_ckpt, N=policy.config.block_size)
     run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
+    run.teacher = load_teacher(C, policy_ckpt, rt) if C.reward == 'teacher' else None
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.ngram = NgramJudge() if C.judge == 'ngram' else None
     run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
@@ -373,6 +407,12 @@ def setup(C, rt):
         run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
+    run.known_words = words_known_in(run.train, run.tokenizer) if C.reward == 'known_words' else None
+    # the natural side of the judge's sight: as many val windows as a step has rollouts, drawn once by their own
+    # generator, each read over the positions its row's rollout completes
+    rows = C.prompts_per_step // rt.world_size * C.num_generations
+    run.sight_windows = torch.from_numpy(sample_windows(run.val, rows, 1, 1, run.N,
+                                                        np.random.default_rng([C.seed, rt.rank, 11]))[0]).to(rt.device)
     run.referee_windows = eval_windows(run.val, C.referee_samples, run.N, C.referee_seed) if C.referee_samples else None
     run.optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
     run.trained = DDP(policy) if rt.ddp else policy
@@ -383,7 +423,8 @@ def setup(C, rt):
     stem = os.path.splitext(C.out_path)[0]
     run.log_path, run.judge_path, run.plot_path = stem + '_log.jsonl', stem + '_judge.pt', stem + '_curves.png'
     run.state_path = resume_file(C.out_path, rt.rank)
-    run.signature = run_signature(vars(C), [C.policy_path] + ([C.reward_model_path] if not run.ngram else []))
+    run.signature = run_signature(vars(C), [C.policy_path] + ([C.reward_model_path] if not run.ngram else [])
+                                  + ([C.teacher_path] if C.teacher_path else []))
     run.flops_per_step = step_flops(run)
     run.ppl_tokens = 'whole val split' if not C.ppl_max_tokens else \
         f'first {min(C.ppl_max_tokens, len(run.val)):,} val tokens'
@@ -417,6 +458,16 @@ def step_flops(run):
     return flops
 
 
+def teacher_flops(run):
+    """The teacher reward's forward FLOPs of one step (the teacher's pass and the policy's own log-probs of the
+    rollouts), apart from the run's: the policy's compute is what its MLE control is matched to, the teacher's cost
+    is stated beside it."""
+    if run.teacher is None:
+        return 0
+    per_token = run.teacher.flops_per_token() + run.policy.flops_per_token()
+    return run.C.prompts_per_step * run.C.num_generations * run.N * per_token
+
+
 def referee_auc(run):
     """The two-sample test's AUC of the policy as it stands: referee_samples continuations of the referee's prompts
     against its natural windows (lower: closer to natural text). Its own sampling draw leaves the run's as it was."""
@@ -441,7 +492,8 @@ def save(run, step, stop_reason, **final):
                     metrics=dict(history=run.history, stop_reason=stop_reason, val_ppl_start=run.ppl_start,
                                  ppl_tokens=run.ppl_tokens, judge_warmup=run.warmup,
                                  referee_auc_start=run.referee_start,
-                                 flops=run.flops_per_step * len(run.history) + run.judge_flops, **final))
+                                 flops=run.flops_per_step * len(run.history) + run.judge_flops,
+                                 teacher_flops=teacher_flops(run) * len(run.history), **final))
     if C.judge_update_interval and not run.ngram:  # loadable wherever a reward model is
         last = run.history[-1]
         save_checkpoint(run.judge_path, run.reward_model, iter_num=step,
@@ -477,6 +529,10 @@ def score(run, batch, reference=True):
     crossover sample with K = its prompt length. Also the reference's log-probs (unless reference=False)."""
     C, rt = run.C, run.rt
     s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
+    if C.reward == 'teacher':  # the positive controls: the judge's figures stay, its signal is replaced
+        s.rewards, s.judged = teacher_rewards(run, batch)
+    elif C.reward == 'known_words':
+        s.rewards = known_word_rewards(run, batch)
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
         s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
     s.natural_share = batch.lengths_t.float() / run.N
@@ -493,20 +549,46 @@ def model_scores(run, batch):
     """The reward model's scores. A token judge rewards the completion's own positions; a pooled judge's one figure
     is the reward. Each prompt's natural window is scored too: a pairwise judge's other half, and sight's."""
     C, rt = run.C, run.rt
-    with torch.no_grad(), rt.ctx:
-        feats = run.reward_model.reward_features(batch.seqs)
-        probs = run.reward_model.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
-        real_feats = run.reward_model.reward_features(batch.real).float()
-    with torch.no_grad():
-        real_probs = run.reward_model.reward_head(real_feats)
+    pairwise = run.judge_loss_kind == 'pairwise'
+    rm = run.reward_model
+    with torch.no_grad(), rt.ctx:  # the rollouts, the sight's val windows and the prompts' own: one precision
+        feats = rm.reward_features(batch.seqs)
+        probs = rm.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
+        sight_probs = rm.reward_head(rm.reward_features(run.sight_windows)).float()
+        real_feats = rm.reward_features(batch.real) if pairwise else None
+        real_probs = rm.reward_head(real_feats).float() if pairwise else None
     judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
     rewards = (judged * batch.generated).sum(1) / batch.generated.sum(1) if judged.dim() == 2 else p_natural
     s = SimpleNamespace(feats=feats, judged=judged, rewards=rewards, p_natural=p_natural, real_feats=None,
-                        pair_acc=None, sight=judge_sight(run, batch, real_probs, probs[..., 0]))
-    if run.judge_loss_kind == 'pairwise':
-        s.real_feats = real_feats.repeat_interleave(C.num_generations, 0)
+                        pair_acc=None, sight=judge_sight(batch, sight_probs, probs[..., 0]))
+    if pairwise:
+        s.real_feats = real_feats.float().repeat_interleave(C.num_generations, 0)
         s.pair_acc = pair_accuracy(real_probs.repeat_interleave(C.num_generations, 0), probs)
     return s
+
+
+def teacher_rewards(run, batch):
+    """reward='teacher': per completion token, log p_teacher - log p_policy of the sampled token (the policy as it
+    sampled, at the sampling temperature); each completion's reward is their mean (the per-token reverse KL's
+    negative, length-normalised), and the per-position log-ratios (B, N) feed token_advantages (position j + 1 is
+    target j's)."""
+    C, rt = run.C, run.rt
+    with torch.no_grad(), rt.ctx:
+        ratio = (token_logprobs(run.teacher, batch.seqs, 1.0)[0] - token_logprobs(run.policy, batch.seqs,
+                                                                                  C.temperature)[0]).float()
+    ratio = ratio * batch.mask
+    rewards = ratio.sum(1) / batch.mask.sum(1).clamp_min(1)
+    return rewards, torch.nn.functional.pad(ratio, (1, 0))
+
+
+def known_word_rewards(run, batch):
+    """reward='known_words': the share of each completion's words found in the train split's words (the first and
+    last may be cut by the window or the prompt, as unknown_word_rate skips them); 0 for a completion without one."""
+    rewards = []
+    for text in completion_texts(run, batch.seqs, batch.lengths_t.cpu().numpy()):
+        words = words_of(text)[1:-1]
+        rewards.append(sum(w in run.known_words for w in words) / len(words) if words else 0.0)
+    return torch.tensor(rewards, device=batch.seqs.device)
 
 
 def completion_texts(run, seqs, prompt_lengths):
@@ -515,27 +597,29 @@ def completion_texts(run, seqs, prompt_lengths):
 
 
 def ngram_scores(run, batch):
-    """The n-gram judge's P(natural) of each rollout's completion, the reward; its sight ranks each prompt's natural
-    continuation (the same positions of its natural window) against the rollouts."""
+    """The n-gram judge's P(natural) of each rollout's completion, the reward; its sight ranks the fixed val windows,
+    each cut where its row's prompt ends, against the rollouts. Its texts for the replay: the prompts' own natural
+    continuations (train) against the rollouts."""
     samples = completion_texts(run, batch.seqs, np.repeat(batch.lengths, run.C.num_generations))
     natural = completion_texts(run, batch.real, batch.lengths)
+    held_out = completion_texts(run, run.sight_windows, np.repeat(batch.lengths, run.C.num_generations))
     p = torch.from_numpy(run.ngram.p_natural(samples)).float().to(run.rt.device)
     return SimpleNamespace(texts=(natural, samples), feats=None, judged=p, rewards=p, p_natural=p, real_feats=None,
-                           pair_acc=None, sight=sight_auc(run.ngram.p_natural(natural), p.cpu().numpy()))
+                           pair_acc=None, sight=sight_auc(run.ngram.p_natural(held_out), p.cpu().numpy()))
 
 
-def judge_sight(run, batch, real_probs, judged):
-    """The judge's sight on this step's rollouts, which it has not learnt from: the AUC at ranking each prompt's
-    natural continuation (real_probs: the judge's output on the natural windows) above the rollouts (judged: its raw
+def judge_sight(batch, sight_probs, judged):
+    """The judge's sight on this step's rollouts, which it has not learnt from: the AUC at ranking the fixed natural
+    val windows (sight_probs: the judge's output on them; no judge trains on val) above the rollouts (judged: its raw
     P(natural), also under judge_off), both scored as the reward scores a rollout (a token judge: the mean P(natural)
-    over the completion's positions)."""
-    real_judged = real_probs[..., 0]
+    over the positions the row's rollout completes)."""
+    real_judged = sight_probs[..., 0]
     if real_judged.dim() == 2:  # per position: the completion's own positions, as for the rollouts' rewards
-        positions = batch.generated[::run.C.num_generations]
+        positions = batch.generated
         natural = (real_judged * positions).sum(1) / positions.sum(1)
         sampled = (judged * batch.generated).sum(1) / batch.generated.sum(1)
     else:
-        natural, sampled = sequence_probs(real_probs)[:, 0], judged
+        natural, sampled = sequence_probs(sight_probs)[:, 0], judged
     return sight_auc(natural.cpu().numpy(), sampled.cpu().numpy())
 
 
@@ -672,7 +756,7 @@ def should_stop(run, row, step, pre_update):
         return False
     ma = sum(run.reward_ma) / len(run.reward_ma)
     # Bradley-Terry fixes only differences of a pairwise judge's scores: its level says nothing
-    if ma >= C.reward_threshold and run.judge_loss_kind != 'pairwise':
+    if ma >= C.reward_threshold and run.judge_loss_kind != 'pairwise' and C.reward == 'judge':
         run.stop_reason = f"reward_threshold: moving average {ma:.4f} >= {C.reward_threshold}"
         return True
     run.stopper.step(ma)

@@ -9,21 +9,26 @@ import numpy as np
 import torch
 
 from configurator import UserError
-from judge import auc, bootstrap_aucs
+from auc import auc, bootstrap_aucs
 
 C2ST_FOLDS = 5
 C2ST_BOOTSTRAP = 1000  # resamples of the texts behind an AUC's spread
 PROMPT_LEN = 8  # natural tokens each evaluation sample starts from
 
 
+def eval_window_indices(available, n, seed):
+    """Which of the val split's `available` consecutive windows the evaluation of n samples draws (eval_windows):
+    2n distinct indices, the reference's first."""
+    if 2 * n > available:
+        raise UserError(f"the val split holds {available} windows; evaluation needs 2 x {n}: lower the number of "
+                        f"samples to at most {available // 2}")
+    return np.random.default_rng(seed).choice(available, size=2 * n, replace=False)
+
+
 def eval_windows(val, n, length, seed):
     """2n distinct non-overlapping val windows of `length` tokens, drawn at random: the first n are the natural
     reference, the other n give the samples' prompts, so no sample starts from a reference window."""
-    available = len(val) // length
-    if 2 * n > available:
-        raise UserError(f"the val split holds {available} windows of {length} tokens; evaluation needs 2 x {n}: "
-                        f"lower the number of samples to at most {available // 2}")
-    chosen = np.random.default_rng(seed).choice(available, size=2 * n, replace=False) * length
+    chosen = eval_window_indices(len(val) // length, n, seed) * length
     windows = np.stack([val[o:o + length] for o in chosen]).astype(np.int64)
     return torch.from_numpy(windows[:n]), torch.from_numpy(windows[n:])
 

@@ -1,25 +1,30 @@
 """
-The verdict of a cycle: its new generator against each control, on every referee, given the spreads. run_cycles.py
-computes it from the points evaluate.py measured.
-"""
+The verdict of a cycle: its new generator against each control, on every referee, given the spreads; and the verdict
+on a method, over its training seeds. Statistics only: it computes from the figures it is handed (run_cycles.py
+gives it the points evaluate.py measured and the perplexities of the checkpoints it owns).
 
-import os
+The rules (two one-sided tests, TOST): an effect is 'equal' only when its whole 95% interval lies inside
+±margin; otherwise 'better' or 'worse' when the interval excludes 0; otherwise 'unresolved'.
+"""
 
 import numpy as np
 
-from judge import auc
-from model import GPT, evaluate_perplexity
+from auc import auc
 from two_sample import joint_scores
 
 
-# The margins below which two points are 'equal', whatever the test says, fixed before any arm was read: two-sample
-# AUCs 0.03 apart (about twice the sd of the difference between two disjoint natural draws of 1,000 texts), or a
-# perplexity within 1% of the other's
+# The equivalence margins, fixed before any arm was read: two-sample AUCs 0.03 apart (about twice the sd of the
+# difference between two disjoint natural draws of 1,000 texts), or a perplexity within 1% of the other's
 AUC_MARGIN = 0.03
 PPL_MARGIN = 0.01
 BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
-# 2: the fresh judges' label is 'fresh_judges' (it was 'boundary_error'); a run's older verdicts are rebuilt
-VERDICT_FORMAT = 2
+# the two-sample referee is refit over this many fold seeds inside its interval: the classifiers' share of the
+# spread, which a bootstrap over texts with one fit leaves out
+REFITS = 3
+MIN_SEEDS = 3  # training seeds a verdict on a method reads at the least
+# 3: TOST labels, the referee's refits in the two-sample interval, 'unresolved' for one fresh judge; older verdicts
+# of a run are rebuilt
+VERDICT_FORMAT = 3
 
 
 # each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, whether higher is closer to natural text,
@@ -35,36 +40,59 @@ def fresh_judge_figure(point):
     return FRESH_JUDGE_FIGURES[point.get('fresh_judge_recipe', 'crossover')]
 
 
-def _label(diff, p, alpha):
-    return 'indistinguishable' if not p < alpha else ('better' if diff > 0 else 'worse')
-
-
 def compare(arm, control, higher_is_better, alpha=0.05):
     """
-    'better', 'indistinguishable' or 'worse': the arm against the control, each given as (mean, sd, n) over
-    independent seeds, by a two-sided Welch t-test at level alpha. With no spread on either side any difference
-    decides.
+    'better', 'worse' or 'unresolved': the arm against the control, each given as (mean, sd, n) over independent
+    judge seeds, by a two-sided Welch t-test at level alpha. It has no margin, so it never says 'equal'; with fewer
+    than 2 seeds a side there is no spread to test against: 'unresolved'. With no spread on either side any
+    difference decides.
     """
     from scipy import stats
     (m1, s1, n1), (m2, s2, n2) = arm, control
     diff = (m1 - m2) if higher_is_better else (m2 - m1)
-    if s1 == 0 and s2 == 0:
-        return _label(diff, 0.0 if diff else 1.0, alpha)
-    return _label(diff, stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue, alpha)
+    if n1 < 2 or n2 < 2:
+        return 'unresolved'
+    p = (0.0 if diff else 1.0) if s1 == 0 and s2 == 0 else \
+        stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False).pvalue
+    return 'unresolved' if not p < alpha else ('better' if diff > 0 else 'worse')
 
 
-def effect_label(effect, ci, margin):
-    """An effect (positive: the arm is better) read against its margin and its 95% interval ci: 'equal' below the
-    margin, whatever the interval; beyond it 'better' or 'worse' when the interval excludes 0, else 'unresolved'
-    (the data cannot tell a material difference from none)."""
-    if abs(effect) < margin:
+def effect_label(ci, margin):
+    """An effect's label from its 95% interval ci (positive: the arm is better) and its equivalence margin: 'equal'
+    only when the whole interval lies inside ±margin (TOST); else 'better' or 'worse' when it excludes 0; else
+    'unresolved' (the data cannot tell a material difference from none)."""
+    if -margin < ci[0] and ci[1] < margin:
         return 'equal'
     return 'better' if ci[0] > 0 else 'worse' if ci[1] < 0 else 'unresolved'
 
 
+def labelled(effect, ci, margin, **extra):
+    """An effect as the verdicts store it: its label, interval and margin, and what the data could have told apart
+    (detectable: the interval's half-width, about the smallest effect it could have called 'better' or 'worse';
+    can_say_equal: whether its width fits inside the margin at all)."""
+    ci = [float(q) for q in ci]
+    half = (ci[1] - ci[0]) / 2
+    return dict(label=effect_label(ci, margin), effect=float(effect), ci=ci, margin=margin, detectable=half,
+                can_say_equal=bool(half < margin), **extra)
+
+
 def _effect(effect, boots, margin, **extra):
-    ci = [float(q) for q in np.percentile(boots, [2.5, 97.5])]
-    return dict(label=effect_label(effect, ci, margin), effect=float(effect), ci=ci, margin=margin, **extra)
+    return labelled(effect, np.percentile(boots, [2.5, 97.5]), margin, **extra)
+
+
+def seed_effect(effects, margin, min_seeds=MIN_SEEDS):
+    """
+    A method's effect over its training seeds (one effect a seed, each an arm against its own control): the mean
+    with a t interval over the seeds, labelled by the same rules. With fewer than min_seeds seeds the label is
+    'unresolved' whatever the interval (a claim about a method is a claim over seeds).
+    """
+    from scipy import stats
+    e = np.asarray(effects, dtype=np.float64)
+    half = stats.t.ppf(0.975, e.size - 1) * e.std(ddof=1) / np.sqrt(e.size) if e.size > 1 else np.inf
+    out = labelled(e.mean(), [e.mean() - half, e.mean() + half], margin, seeds=int(e.size))
+    if e.size < min_seeds:
+        out['label'] = 'unresolved'
+    return out
 
 
 def perplexity_effect(arm_windows, control_windows, seed=0):
@@ -77,27 +105,32 @@ def perplexity_effect(arm_windows, control_windows, seed=0):
     return _effect(1 - np.exp(-d.mean()), boots, PPL_MARGIN)
 
 
-def c2st_effect(arm, control, seed=0):
+def c2st_effect(arm, control, seed=0, refits=REFITS):
     """
     The two-sample test's effect: AUC(control) - AUC(arm), positive when the arm's text is the closer to natural
-    text, both read by one referee trained on both sides' samples (two_sample.joint_scores), with a bootstrap
-    interval over the natural windows and the prompts (each resample draws the same prompts for every side).
-    control is a point, or the matched temperature's mix of two sweep points (c2st_parts: [(weight, point)]). None
-    where a side kept no texts or the sides were not measured on the same natural windows.
+    text, both read by one referee trained on both sides' samples (two_sample.joint_scores), averaged over `refits`
+    fits of that referee on other folds. Its 95% interval resamples the referee's fit with the natural windows and
+    the prompts (each resample draws one fit and the same prompts for every side), so it holds the classifiers'
+    spread as well as the texts'. control is a point, or the matched temperature's mix of two sweep points
+    (c2st_parts: [(weight, point)]). None where a side kept no texts or the sides were not measured on the same
+    natural windows.
     """
     parts = control.get('c2st_parts') or [(1.0, control)]
     points = [arm] + [p for _, p in parts]
     if any('c2st_sample_texts' not in p or p['c2st_natural_texts'] != arm['c2st_natural_texts'] for p in points):
         return None
-    p_natural, p_sets = joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points], seed)
+    fits = [joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points], seed + r)
+            for r in range(refits)]
 
-    def difference(natural, prompts):
+    def difference(fit, natural, prompts):
+        p_natural, p_sets = fits[fit]
         return (sum(w * auc(p[prompts], p_natural[natural]) for (w, _), p in zip(parts, p_sets[1:]))
                 - auc(p_sets[0][prompts], p_natural[natural]))
-    n, rng = len(p_natural), np.random.default_rng(seed)
-    boots = [difference(rng.integers(0, n, n), rng.integers(0, n, n)) for _ in range(BOOTSTRAP)]
-    effect, arm_auc = difference(slice(None), slice(None)), auc(p_sets[0], p_natural)
-    return _effect(effect, boots, AUC_MARGIN, arm_auc=arm_auc, control_auc=arm_auc + effect)
+    n, rng = len(arm['c2st_natural_texts']), np.random.default_rng(seed)
+    boots = [difference(rng.integers(refits), rng.integers(0, n, n), rng.integers(0, n, n)) for _ in range(BOOTSTRAP)]
+    effect = float(np.mean([difference(r, slice(None), slice(None)) for r in range(refits)]))
+    arm_auc = float(np.mean([auc(p_sets[0], p_natural) for p_natural, p_sets in fits]))
+    return _effect(effect, boots, AUC_MARGIN, arm_auc=arm_auc, control_auc=arm_auc + effect, refits=refits)
 
 
 def matched_temperature(points, entropy):
@@ -134,7 +167,8 @@ def matched_temperature(points, entropy):
 def judge_verdict(arm, control):
     """The fresh judges' label: 'blind' when the judges of both sides never left their untrained start (two blind
     judges' figures are the same ceiling, which says nothing of the texts), else the Welch test's label over the
-    judges' seeds, on their recipe's figure (both sides are judged by one recipe)."""
+    judges' seeds, on their recipe's figure (both sides are judged by one recipe): 'unresolved' with one judge a
+    side."""
     if arm.get('fresh_judge_blind') and control.get('fresh_judge_blind'):
         return 'blind'
     key, higher_is_better = fresh_judge_figure(arm)[:2]
@@ -157,24 +191,32 @@ def control_verdict(arm, control):
             'perplexity': ppl['label'], 'perplexity_effect': ppl}
 
 
-def cycle_verdict(arm, mle, sweep, base_path, data_dir, device, judge_off=None):
+def cycle_verdict(arm, mle, matched, judge_off=None):
     """
-    The verdict of one cycle: its new generator (arm) against the MLE control (mle), against the previous base
-    sampled at the matched temperature (sweep: that base's points) and, for GRPO, against the judge-off ablation
-    (judge_off: the same trainer with a constant reward). Each on the referee's fresh judges (their boundary error,
-    higher is better, or with the window recipe their sight, lower is better), the two-sample test's pooled AUC
-    (lower is better) and whole-split held-out perplexity (lower is better; window by window); the last two as
-    effects with 95% intervals, read against their margins.
+    The verdict of one cycle, this checkpoint against each control's (one training run a side): its new generator
+    (arm) against the MLE control (mle), against the previous base sampled at the matched temperature (matched:
+    matched_temperature's point, with that base's val perplexity and per-window cross-entropies at T* added by the
+    caller) and, for GRPO, against the judge-off ablation (judge_off: the same trainer with a constant reward). Each
+    on the referee's fresh judges (their boundary error, higher is better, or with the window recipe their sight,
+    lower is better), the two-sample test's pooled AUC (lower is better) and whole-split held-out perplexity (lower
+    is better; window by window); the last two as effects with 95% intervals, read against their margins.
     """
-    matched = matched_temperature(sweep, arm['sample_entropy'])
-    base = GPT.from_checkpoint(base_path, device=device)
-    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    _, ppl, windows = evaluate_perplexity(base, val, base.config.block_size, temperature=matched['temperature'],
-                                          per_window=True)
-    matched.update(val_perplexity=ppl, val_window_cross_entropy=windows)
+    matched = dict(matched)
     controls = {'mle': mle, 'temperature': matched, **({'judge_off': judge_off} if judge_off else {})}
     verdicts = {name: control_verdict(arm, c) for name, c in controls.items()}
     del matched['val_window_cross_entropy'], matched['c2st_parts']
     summary = {name: {k: c[k] for k in POINT_SUMMARY if k in c} for name, c in controls.items() if name != 'temperature'}
     return dict(matched=matched, verdicts=verdicts, arm={k: arm[k] for k in POINT_SUMMARY + ('temperature',) if k in arm},
                 margins=dict(c2st_auc=AUC_MARGIN, perplexity=PPL_MARGIN), **summary)
+
+
+def method_verdict(verdicts, control):
+    """A method's verdict against one control over its trainer seeds (verdicts: one cycle_verdict a seed): the
+    two-sample and perplexity effects read at the seed unit (seed_effect), None where a seed lacks that effect."""
+    out = {}
+    for key, margin in (('c2st_effect', AUC_MARGIN), ('perplexity_effect', PPL_MARGIN)):
+        effects = [v['verdicts'].get(control, {}).get(key) for v in verdicts]
+        out[key] = None if not effects or any(e is None for e in effects) else \
+            seed_effect([e['effect'] for e in effects], margin)
+    return out
+

@@ -31,11 +31,12 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from data_loader import data_path  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import _plt, first_last, load_json  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
 from judge import pair_accuracy, reward_metrics  # noqa: E402
-from verdict import fresh_judge_figure  # noqa: E402
+from verdict import fresh_judge_figure, method_verdict  # noqa: E402
 
 
 # every arm starts from the seed's judge design as the default config had it before the arms table (mean-pooled,
@@ -53,6 +54,16 @@ WINDOW_JUDGE = ['--reward_crossover_k=8', '--reward_samples_per_chunk=1', '--rew
 
 # the recipe on 30,000 windows: the GPT judge that reaches 0.90 sight on the default base v1's samples
 JUDGE_30K = ['--reward_max_blocks=30000', '--reward_eval_interval=200']
+
+
+# the positive controls' GRPO: the probe's budget (200 steps of 8 prompts x 8 completions at lr 1e-4), the judge of
+# the seed frozen and read as an instrument only
+POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_eval_interval=50']
+TEACHER_ITERS = 2500  # the teacher: base v1 trained this many iterations more (the probe's teacher)
+
+
+def teacher_path(run):
+    return os.path.join(run, f'teacher_{TEACHER_ITERS}.pt')
 
 
 def arms(run):
@@ -97,7 +108,34 @@ def arms(run):
                                     WINDOW_JUDGE + co_trained_slow),
         'ngram_online_pure': ("n-gram judge (the two-sample test's classifier) refit online, no real text",
                               WINDOW_JUDGE + ngram),
+        # the positive controls: rewards known to be right, through the same GRPO, cycle, controls and referees
+        'teacher': (f'teacher reward (base v1 + {TEACHER_ITERS} iterations; per-token log-ratio, per-token credit)',
+                    POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run)}',
+                                '--grpo_token_advantages=True', '--grpo_token_discount=1.0']),
+        'known_words': ('exact reward: share of train-split words (beta 0.04)',
+                        POSITIVE + ['--grpo_reward=known_words']),
+        'known_words_beta0.2': ('exact reward, beta 0.2', POSITIVE + ['--grpo_reward=known_words', '--grpo_beta=0.2']),
+        'known_words_beta1': ('exact reward, beta 1', POSITIVE + ['--grpo_reward=known_words', '--grpo_beta=1.0']),
+        'known_words_nll': ('exact reward + real text (NLL weight 1)', POSITIVE + ['--grpo_reward=known_words',
+                                                                                 '--grpo_nll_weight=1.0']),
     }
+
+
+def make_teacher(run):
+    """The teacher arm's teacher, once per run: base v1 trained TEACHER_ITERS iterations more, on the run's data and
+    batch, at a tenth of the base's learning rate held, keeping its last checkpoint (train.py; its cost is its own,
+    not the arm's)."""
+    path = teacher_path(run)
+    if os.path.exists(path):
+        return
+    work, C = path + '.partial', load_json(os.path.join(run, 'config.json'))
+    base = os.path.join(run, 'base_model_v1.pt')
+    subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), f'--init_from={base}', f'--out_dir={work}', f'--dataset={data_path(C["dataset"])}', f'--batch_size={C["batch_size"]}',
+                    f'--block_size={C["block_size"]}', f'--max_iters={TEACHER_ITERS}', '--decay_lr=False',
+                    f'--learning_rate={C["base_learning_rate"] / 10}', '--warmup_iters=0', '--eval_interval=500',
+                    '--always_save_checkpoint=True', '--beta2=0.99', f'--device={C["device"]}'], check=True)
+    os.replace(os.path.join(work, 'ckpt.pt'), path)
+    shutil.rmtree(work)
 
 
 @torch.no_grad()
@@ -158,17 +196,30 @@ def arm_row(name, out, n, e, v):
             f"{seconds:.0f} |")
 
 
+def method_cell(runs, control):
+    """The arm's verdict on the method against one control, over its seeds (verdict.method_verdict: a t interval
+    over the per-seed effects, 'unresolved' under 3 seeds): 'two-sample label effect [ci]; ppl label effect [ci]'."""
+    m = method_verdict([v for _, v in runs], control)
+    if m['c2st_effect'] is None and m['perplexity_effect'] is None:
+        return '–'
+    cell = lambda e, spec: '–' if e is None else \
+        f"**{e['label']}** {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}]"  # noqa: E731
+    return f"{cell(m['c2st_effect'], '.3f')}; {cell(m['perplexity_effect'], '.1%')}"
+
+
 def summary_rows(results):
-    """Per arm and cycle: means and sds over seeds, and how often each verdict came out."""
+    """Per arm and cycle: means and sds over seeds (one seed: no sd, '1 seed'), how often each per-checkpoint
+    verdict came out, and the verdict on the method over the seeds."""
     rows = []
     for (name, n), runs in results.items():
         f = lambda k: (f"{np.mean([e[k] for e, _ in runs]):.3f}"  # noqa: E731
-                       + (f" ± {np.std([e[k] for e, _ in runs], ddof=1):.3f}" if len(runs) > 1 else ''))
+                       + (f" ± {np.std([e[k] for e, _ in runs], ddof=1):.3f}" if len(runs) > 1 else ' (1 seed)'))
         count = lambda ctl: ', '.join(f"{k} ×{c}" for k, c in sorted(Counter(  # noqa: E731
             verdict_cell(v, ctl).replace(', ', '/') for _, v in runs).items()))
         rows.append(f"| {name} | {n} | {len(runs)} | {f('val_perplexity')} | {f(fresh_judge_figure(runs[0][0])[0])} | "
                     f"{f('c2st_auc')} | {f('mauve')} | {f('sample_entropy')} | {f('unknown_word_rate')} | "
-                    f"{count('mle')} | {count('temperature')} | {count('judge_off')} |")
+                    f"{count('mle')} | {count('temperature')} | {count('judge_off')} | {method_cell(runs, 'mle')} | "
+                    f"{method_cell(runs, 'temperature')} | {method_cell(runs, 'judge_off')} |")
     return rows
 
 
@@ -231,6 +282,10 @@ def main():
     if unknown:
         sys.exit(f"error: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(table)}")
     rows, results, outs = [], {}, []
+    if 'teacher' in chosen:
+        if not run:
+            sys.exit("error: the teacher arm's teacher is trained from a finished run's base v1: pass --run")
+        make_teacher(run)
     for arm in chosen:
         for seed in [int(s) for s in a.seeds.split(',')]:
             name, overrides = table[arm]
@@ -262,9 +317,11 @@ def main():
     print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(rows))
     print('\n| arm | cycle | seeds | val ppl | fresh judges (↑ boundary err; ↓ sight) | two-sample AUC (↓) | MAUVE | '
-          'entropy | unknown words | vs MLE: fresh judges/two-sample/ppl × seeds | vs temperature (same) | vs judge '
-          'off (same) |')
-    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+          'entropy | unknown words | per checkpoint vs MLE: fresh judges/two-sample/ppl × seeds | '
+          'vs temperature (same) '
+          '| vs judge off (same) | the method over seeds vs MLE: two-sample AUC lower by, ppl lower by (t interval) | '
+          'vs temperature (same) | vs judge off (same) |')
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(summary_rows(results)))
     png = a.png or os.path.join(a.out, 'arms_quality_diversity.png')
     plot_arms(results, run or outs[0], outs, png)

@@ -45,7 +45,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from judge import reward_data_cmd, reward_model_cmd, sight_auc, sight_auc_sd  # noqa: E402
+from auc import sight_auc, sight_auc_sd  # noqa: E402
+from judge import reward_data_cmd, reward_model_cmd  # noqa: E402
 from evaluate import sight_figures  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import token_logprobs  # noqa: E402

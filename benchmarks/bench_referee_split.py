@@ -33,8 +33,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import resolve_data_dir  # noqa: E402
-from evaluate import train_words, unknown_word_rate  # noqa: E402
-from judge import NgramJudge, sight_auc, sight_auc_sd  # noqa: E402
+from data_loader import train_words, unknown_word_rate  # noqa: E402
+from auc import sight_auc, sight_auc_sd  # noqa: E402
+from judge import NgramJudge  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from tokenization_manager import TokenizationInfo, TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, continuation_texts, eval_windows, two_sample_test  # noqa: E402

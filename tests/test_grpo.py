@@ -716,3 +716,46 @@ def test_online_trunk_judge_under_two_ranks_takes_the_mean_gradient(tmp_path):
     for k in one:
         torch.testing.assert_close(ranks[0][k], ranks[1][k], rtol=0, atol=0)
         torch.testing.assert_close(ranks[0][k], one[k], rtol=1e-4, atol=1e-6)
+
+
+def positive_control_run(d, name, policy, *extra):
+    """GRPO with a reward known to be right (train_grpo.py --reward); the blind judge still scores, as an
+    instrument."""
+    r = run_script('train_grpo.py', f'--policy_path={policy}', f'--reward_model_path={d / "blind.pt"}',
+                   f'--out_path={d / name}', '--device=cpu', '--max_steps=24', '--learning_rate=3e-3',
+                   '--warmup_steps=2', '--eval_interval=100', '--prompts_per_step=8', '--num_generations=4', *extra)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load_checkpoint(str(d / name))['metrics']
+
+
+def test_the_teacher_reward_pulls_the_policy_toward_the_teacher(judge_case, char_ckpt):
+    """A generator of nearly uniform characters (2 training steps) taught by the 150-step model through the
+    per-token log-ratio: its reward (minus the reverse KL per token) rises and its val perplexity falls; a teacher
+    equal to the policy gives every token a log-ratio of 0, so nothing moves."""
+    d = judge_case
+    m = positive_control_run(d, 'taught.pt', d / 'gen' / 'ckpt.pt', '--reward=teacher', f'--teacher_path={char_ckpt}',
+                             '--token_advantages=True', '--token_discount=1.0')
+    rewards = [h['reward'] for h in m['history']]
+    assert all(r < 0 for r in rewards[:5]) and np.mean(rewards[-5:]) > np.mean(rewards[:5]) + 0.1, rewards
+    assert m['final_val_ppl'] < m['val_ppl_start'] and m['teacher_flops'] > 0
+    assert all('judge_sight' in h for h in m['history'])  # the judge still reads the rollouts
+    same = positive_control_run(d, 'self.pt', char_ckpt, '--reward=teacher', f'--teacher_path={char_ckpt}',
+                                '--max_steps=2')
+    assert all(abs(h['reward']) < 1e-5 and h['frac_reward_zero_std'] == 1 for h in same['history'])
+
+
+def test_the_known_word_reward_raises_the_share_of_known_words(judge_case, char_ckpt):
+    m = positive_control_run(judge_case, 'words.pt', char_ckpt, '--reward=known_words')
+    rewards = [h['reward'] for h in m['history']]
+    assert all(0 <= r <= 1 for r in rewards) and np.mean(rewards[-6:]) > np.mean(rewards[:6]) + 0.05, rewards
+    assert m['teacher_flops'] == 0 and m['stop_reason'] == 'max_steps'  # no reward threshold for a known reward
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--reward=teacher'], 'needs --teacher_path'),
+    (['--reward=known_words', '--token_advantages=True'], 'drop --token_advantages'),
+    (['--reward=known_words', '--judge_update_interval=1'], 'it stays frozen'),
+    (['--reward=exact'], "reward must be 'judge'")])
+def test_positive_control_settings_are_checked(args, message, char_ckpt):
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', '--reward_model_path=x.pt', *args)
+    assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]

@@ -14,10 +14,12 @@ LONG_ALLOWED = {
 }
 
 
-def module_imports(path):
-    """The project modules a file imports at module level."""
+def module_imports(path, inside_functions=False):
+    """The project modules a file imports at module level, and with inside_functions=True inside a function too (a
+    lazy import still closes a circle: it only hides it until someone moves it)."""
     found = set()
-    for node in ast.parse(open(path).read()).body:
+    tree = ast.parse(open(path).read())
+    for node in ast.walk(tree) if inside_functions else tree.body:
         if isinstance(node, ast.ImportFrom) and node.module in MODULES:
             found.add(node.module)
         elif isinstance(node, ast.Import):
@@ -26,10 +28,13 @@ def module_imports(path):
 
 
 def test_no_import_circle_and_no_stage_script_used_as_a_library():
-    graph = {m: module_imports(f) for m, f in MODULES.items()}
+    """No module imports a stage script at module level (a stage may run another's main from inside a function, as
+    evaluate.py runs the fresh judges' two stages), and no import, lazy or not, closes a circle."""
     scripts = {m for m, f in MODULES.items() if "if __name__ == '__main__':" in open(f).read()}
-    for m, deps in graph.items():
+    for m, f in MODULES.items():
+        deps = module_imports(f)
         assert not (deps & (scripts - LIBRARY_WITH_A_REPORT)), f"{m} imports the stage script(s) {deps & scripts}"
+    graph = {m: module_imports(f, inside_functions=True) for m, f in MODULES.items()}
 
     def reach(start, node, seen):
         for d in graph[node]:
@@ -50,3 +55,24 @@ def test_functions_of_the_root_modules_stay_short():
                 if lines > 125 and (os.path.basename(path), node.name) not in LONG_ALLOWED:
                     long.append(f"{os.path.basename(path)}:{node.name} ({lines} lines)")
     assert not long, long
+
+
+# the torch APIs the code calls that older releases lack, with the first release that has them
+NEWER_TORCH_APIS = {
+    'torch.get_autocast_dtype(': (2, 4),
+    "torch.is_autocast_enabled('cuda')": (2, 4),  # the device-type argument
+    'torch.amp.GradScaler(': (2, 3),
+    'F.scaled_dot_product_attention(': (2, 0),
+    'torch.load(': (1, 13),  # weights_only=True
+}
+
+
+def test_the_torch_lower_bound_covers_the_apis_the_code_calls():
+    """requirements.txt's torch bound is at least the newest release any called API needs (the sampler once called
+    2.4's autocast queries under a 2.1 bound, and crashed there instead of falling back)."""
+    import re
+    sources = ''.join(open(f).read() for f in glob.glob(os.path.join(ROOT, '**', '*.py'), recursive=True)
+                      if '/tests/' not in f)
+    needed = max(v for api, v in NEWER_TORCH_APIS.items() if api in sources)
+    bound = re.search(r'^torch>=(\d+)\.(\d+)', open(os.path.join(ROOT, 'requirements.txt')).read(), re.M)
+    assert bound and tuple(map(int, bound.groups())) >= needed, f"requirements.txt needs torch>={needed[0]}.{needed[1]}"

@@ -248,6 +248,14 @@ def test_a_failed_recording_falls_back_to_the_eager_tokens_with_one_warning(samp
     assert len(messages) == 1 and 'eager loop' in messages[0]
     assert ('capture broke' if sampler == 'graph' else 'inductor broke') in messages[0]
     assert not model._decoders[m]['decoders']
+    # the same shape again: no second attempt (nothing compiled or recorded, no warning), the same eager tokens
+    attempts = []
+    monkeypatch.setattr(model.StaticDecoder, '__init__', lambda self, *a: attempts.append(a))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        again = m.generate(idx, 30, temperature=0.9, generator=torch.Generator().manual_seed(5), sampler=sampler)
+    assert torch.equal(again, eager) and not attempts and not caught
+    assert len(model._decoders[m]['failed']) == 1
 
 
 def test_an_empty_recorded_graph_is_a_failure_not_a_silent_no_op(monkeypatch):

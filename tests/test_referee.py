@@ -63,7 +63,10 @@ def c2st_point(reference, samples):
 def test_the_two_sample_verdict_knows_the_answers(natural):
     reference, a, b = natural
     same = c2st_effect(c2st_point(reference, a), c2st_point(reference, b))  # two disjoint natural draws
-    assert same['label'] == 'equal' and same['ci'][0] < 0 < same['ci'][1], same
+    # one pair of draws is one checkpoint against one: its interval holds 0, and about fills the margin (whether it
+    # reads 'equal' is a matter of luck at 1,000 texts; over seeds it does: test_known_answers_at_the_seed_unit)
+    assert same['label'] in ('equal', 'unresolved') and same['ci'][0] < 0 < same['ci'][1], same
+    assert same['refits'] == 3 and 0.015 < same['detectable'] < 0.035
     assert abs(same['arm_auc'] - 0.5) < 0.05 and abs(same['control_auc'] - 0.5) < 0.05
     planted_b = c2st_point(reference, plant_invented_words(b, 0.2, seed=0))
     planted = c2st_effect(planted_b, c2st_point(reference, a))
@@ -73,6 +76,29 @@ def test_the_two_sample_verdict_knows_the_answers(natural):
     halfway = c2st_effect(c2st_point(reference, a), mix)
     assert 0 < halfway['effect'] < -planted['effect'] and halfway['label'] == 'better'
     assert c2st_effect(c2st_point(reference, a), c2st_point(b, a)) is None  # other natural windows: no comparison
+
+
+def test_known_answers_at_the_seed_unit():
+    """Each seed an other pair of disjoint natural draws (and its own planting), read as a method is, over seeds:
+    natural against natural reads 'equal' on the two-sample test (1,000 texts a side, as a default point) and on
+    perplexity, planted invented words 'worse' on both (300 texts suffice there)."""
+    from verdict import AUC_MARGIN, PPL_MARGIN, seed_effect
+    reference, train = windows(make_text(120000, seed=1), 1000), make_text(120000, seed=0)
+    natural, planted, ppl_natural, ppl_planted = [], [], [], []
+    for s in range(3):
+        a, b = (windows(make_text(120000, seed=10 + 2 * s + i), 1000) for i in (0, 1))
+        natural.append(c2st_effect(c2st_point(reference, a), c2st_point(reference, b), seed=s)['effect'])
+        bad = plant_invented_words(a[:300], 0.2, seed=s)
+        planted.append(c2st_effect(c2st_point(reference[:300], bad), c2st_point(reference[:300], b[:300]),
+                                   seed=s)['effect'])
+        clean = bigram_cross_entropy(train, b)
+        ppl_natural.append(perplexity_effect(bigram_cross_entropy(train, a), clean)['effect'])
+        ppl_planted.append(perplexity_effect(bigram_cross_entropy(train, plant_invented_words(a, 0.05, seed=s)),
+                                             clean)['effect'])
+    assert seed_effect(natural, AUC_MARGIN)['label'] == 'equal', natural
+    assert seed_effect(planted, AUC_MARGIN)['label'] == 'worse', planted
+    assert seed_effect(ppl_natural, PPL_MARGIN)['label'] == 'equal', ppl_natural
+    assert seed_effect(ppl_planted, PPL_MARGIN)['label'] == 'worse', ppl_planted
 
 
 def bigram_cross_entropy(train_text, texts):
@@ -103,7 +129,7 @@ def test_a_verdict_read_from_blind_judges_says_blind():
     assert judge_verdict(point(31.0, 1.0, True), point(31.0, 1.1, True)) == 'blind'
     # one side's judges saw the text: a reading, not a ceiling against a ceiling
     assert judge_verdict(point(31.0, 1.0, True), point(25.0, 1.0, False)) == 'better'
-    assert judge_verdict(point(31.0, 1.0, False), point(31.2, 1.0, False)) == 'indistinguishable'
+    assert judge_verdict(point(31.0, 1.0, False), point(31.2, 1.0, False)) == 'unresolved'
 
 
 def test_matched_temperature_carries_blindness_and_the_two_sample_auc():
@@ -153,7 +179,7 @@ def window_point(sight, sd, blind=False, entropy=1.0, t=1.0):
 def test_whole_window_fresh_judges_are_read_by_their_sight_lower_is_closer():
     assert judge_verdict(window_point(0.60, 0.01), window_point(0.80, 0.01)) == 'better'  # seen less: closer
     assert judge_verdict(window_point(0.80, 0.01), window_point(0.60, 0.01)) == 'worse'
-    assert judge_verdict(window_point(0.70, 0.05), window_point(0.71, 0.05)) == 'indistinguishable'
+    assert judge_verdict(window_point(0.70, 0.05), window_point(0.71, 0.05)) == 'unresolved'
     with pytest.raises(ValueError, match='different fresh-judge recipes'):
         judge_verdict(window_point(0.6, 0.01), point(25.0, 1.0, False))
     m = matched_temperature([window_point(0.9, 0.02, entropy=1.0, t=0.8), window_point(0.7, 0.04, entropy=2.0)], 1.5)

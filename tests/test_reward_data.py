@@ -255,3 +255,20 @@ def test_torchrun_two_ranks_match_single_process(tmp_path, char_ckpt, char_data,
     assert r.returncode == 0, r.stderr[-2000:]
     for name in ('train_x.bin', 'val_x.bin', 'train_y.bin'):
         assert open(os.path.join(char_reward, name), 'rb').read() == open(out / name, 'rb').read()
+
+
+def test_val_blocks_leave_out_the_evaluation_windows(tmp_path, char_ckpt, char_data):
+    """--exclude_eval_windows n: no val block of a judge's data is one of the 2n windows the evaluation's two-sample
+    test reads (two_sample.eval_windows of --eval_seed), so a judge never selects on them; train blocks are drawn as
+    before."""
+    from two_sample import eval_window_indices
+    prepare_reward(char_ckpt, tmp_path / 'rd', '--max_blocks', '30', '--exclude_eval_windows', '20', '--eval_seed', '5',
+                   data=char_data)
+    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
+    evaluated = set((eval_window_indices(len(val) // N, 20, 5) * N).tolist())
+    offsets = np.fromfile(tmp_path / 'rd' / 'val_block_offsets.bin', dtype=np.int64)
+    assert len(offsets) == min(30, len(val) // N - 40) and not evaluated & set(offsets.tolist())
+    plain = prepare_reward(char_ckpt, tmp_path / 'plain', '--max_blocks', '30', data=char_data)
+    assert plain.returncode == 0
+    assert np.array_equal(np.fromfile(tmp_path / 'rd' / 'train_block_offsets.bin', dtype=np.int64),
+                          np.fromfile(tmp_path / 'plain' / 'train_block_offsets.bin', dtype=np.int64))

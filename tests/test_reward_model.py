@@ -88,7 +88,7 @@ def test_unfreeze_layers_trains_only_the_last_blocks(tmp_path, char_ckpt, char_r
 
 
 def test_sight_auc_known_answers():
-    from judge import sight_auc
+    from auc import sight_auc
     assert sight_auc([0.9, 0.8], [0.1, 0.2, 0.3]) == 1.0  # every natural window above every sample
     assert sight_auc([0.1, 0.2], [0.8, 0.9]) == 0.0
     assert sight_auc([0.5] * 3, [0.5] * 4) == 0.5  # a blind judge: all ties
@@ -98,7 +98,7 @@ def test_sight_auc_known_answers():
 def test_sight_spread_is_the_bootstrap_sd_over_texts():
     """Perfect separation has no spread; a blind judge on 200 + 200 texts spreads as the AUC's null sd,
     sqrt((n + m + 1) / (12 n m)) = 0.029; one seed, one figure."""
-    from judge import sight_auc_sd
+    from auc import sight_auc_sd
     assert sight_auc_sd([0.9, 0.8, 0.7], [0.1, 0.2], seed=0) == 0.0
     rng = np.random.default_rng(1)
     natural, samples = rng.random(200), rng.random(200)
