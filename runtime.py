@@ -144,9 +144,11 @@ def resume_file(out_path, rank=0):
 
 
 def run_signature(config, input_paths):
-    """What a resume state must match: the run's settings (all but resume itself and max_steps, which a resumed run
-    may extend) and the sha256 of each of its input files."""
-    settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps')}
+    """What a resume state must match: the run's settings (all but resume itself, max_steps, which a resumed run
+    may extend, and the tracking settings, which change where it reports, not what it computes) and the sha256 of
+    each of its input files."""
+    from tracking import TRACKING_DEFAULTS
+    settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps', *TRACKING_DEFAULTS)}
     return {'settings': settings, 'inputs': [file_sha256(p) for p in input_paths]}
 
 

@@ -24,9 +24,12 @@ TRACKING_DEFAULTS = dict(
 
 class Tracker:
     """Logs rows of scalars (a dict per step) to the switched-on backends; a no-op when none is on, or off rank 0.
-    Non-numeric and None values are skipped: a row keeps the keys of the JSONL log that have a number."""
+    Non-numeric and None values are skipped: a row keeps the keys of the JSONL log that have a number.
+    A resumed run (resume_step: the step it continues from) continues its wandb run (the id kept in
+    <default_dir>/<name>.wandb_id) and its TensorBoard steps (events from resume_step on are purged, so the steps
+    it runs again are not written twice); a fresh run starts a new wandb run."""
 
-    def __init__(self, C, default_name, default_dir, master=True):
+    def __init__(self, C, default_name, default_dir, master=True, resume_step=None):
         self.wandb_run = self.writer = None
         if not master:
             return
@@ -36,13 +39,15 @@ class Tracker:
                 import wandb
             except ImportError:
                 raise ImportError("wandb_log=True needs the wandb package: pip install wandb") from None
+            run_id = wandb_run_id(os.path.join(default_dir, name.replace('/', '_') + '.wandb_id'), resume_step)
             self.wandb_run = wandb.init(project=C.wandb_project, name=name, group=C.wandb_group or None,
-                                        dir=os.path.abspath(default_dir), config=config_defaults(vars(C)))
+                                        dir=os.path.abspath(default_dir), config=config_defaults(vars(C)),
+                                        id=run_id, resume='allow')
         if C.tensorboard_log:
             from torch.utils.tensorboard import SummaryWriter
             logdir = C.tensorboard_dir or os.path.join(default_dir, 'tensorboard', name.replace('/', '_'))
             os.makedirs(logdir, exist_ok=True)
-            self.writer = SummaryWriter(log_dir=logdir)
+            self.writer = SummaryWriter(log_dir=logdir, purge_step=resume_step)
 
     def log(self, row, step):
         scalars = {k: float(v) for k, v in row.items()
@@ -58,6 +63,19 @@ class Tracker:
             self.wandb_run.finish()
         if self.writer is not None:
             self.writer.close()
+
+
+def wandb_run_id(path, resume_step):
+    """The wandb run id of a run: the one kept in path when the run resumes, else a new one, kept there."""
+    if resume_step is not None and os.path.isfile(path):
+        with open(path) as f:
+            return f.read().strip()
+    import uuid
+    run_id = uuid.uuid4().hex[:16]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'w') as f:
+        f.write(run_id)
+    return run_id
 
 
 def tracking_args(C, stage):

@@ -149,8 +149,6 @@ def main(argv):
         os.makedirs(C.out_dir, exist_ok=True)
         print(f"tokens per iteration will be: {tokens_per_iter:,}; tokenization: {tokenizer.method} "
               f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
-    tracker = Tracker(C, f"train/{os.path.basename(os.path.abspath(C.out_dir))}", C.out_dir, rt.master)
-
     n_train = len(np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
     if C.select_tokens and not 2 * C.block_size < C.select_tokens < n_train - 2 * C.block_size:
         raise UserError(f"--select_tokens={C.select_tokens} must leave more than two blocks ({C.block_size} tokens "
@@ -177,6 +175,8 @@ def main(argv):
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')
         if 'early_stopping' in ckpt:
             stopper.load_state_dict(ckpt['early_stopping'])
+    tracker = Tracker(C, f"train/{os.path.basename(os.path.abspath(C.out_dir))}", C.out_dir, rt.master,
+                      resume_step=iter_num if C.init_from == 'resume' else None)
     model.to(rt.device)
     scaler = torch.amp.GradScaler(enabled=(rt.ptdtype == torch.float16 and rt.device_type == 'cuda'))
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)

@@ -432,8 +432,6 @@ def setup(C, rt):
     run.stopper = EarlyStopping(C.patience, C.min_delta, 'max')
     run.last_ok_state, run.last_ok_step, run.stop_reason, run.judge_flops = None, 0, 'max_steps', 0
     run.warmup = []  # the judge's warm-up batches (judge_warmup)
-    run.tracker = Tracker(C, f"grpo/{os.path.basename(stem)}", os.path.dirname(os.path.abspath(C.out_path)),
-                          rt.master)
     return run
 
 
@@ -854,6 +852,9 @@ def start(run, state):
     """Fresh or resumed: the log file rewritten with the steps it resumes with, and the opening line."""
     C = run.C
     first_step = restore_state(run, state) if state is not None else 0
+    run.tracker = Tracker(C, f"grpo/{os.path.basename(os.path.splitext(C.out_path)[0])}",
+                          os.path.dirname(os.path.abspath(C.out_path)), run.rt.master,
+                          resume_step=first_step if state is not None else None)
     if state is None:
         run.ppl_start = val_ppl(run) if run.rt.master else None
         run.referee_start = referee_auc(run) if C.referee_samples and run.rt.master else None

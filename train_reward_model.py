@@ -178,7 +178,8 @@ def main(argv):
     train_feats, val_feats, natural_feats, flops = cache_features(C, model, train_ds, val_ds, pairwise, rt) \
         if cached else (None, None, {}, 0)
     tracker = Tracker(C, f"judge/{os.path.splitext(os.path.basename(C.out_path))[0]}",
-                      os.path.dirname(os.path.abspath(C.out_path)), rt.master)
+                      os.path.dirname(os.path.abspath(C.out_path)), rt.master,
+                      resume_step=iter_num if C.init_from == 'resume' else None)
     train_module = model.reward_head if cached else model
     trained = DDP(train_module) if rt.ddp else train_module
     baseline_mean = float(np.mean(train_ds.y[:, 0]))

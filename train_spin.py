@@ -138,8 +138,6 @@ def main(argv):
     gen = torch.Generator(device=rt.device).manual_seed(C.seed * 1000 + rt.rank)
     n_rows = max(1, C.batch_size // rt.world_size)
     log_path = os.path.splitext(C.out_path)[0] + '_log.jsonl'
-    tracker = Tracker(C, f"spin/{os.path.basename(os.path.splitext(C.out_path)[0])}",
-                      os.path.dirname(os.path.abspath(C.out_path)), rt.master)
 
     # held-out pairs, drawn once: val windows and the previous iterate's continuations of their prompts
     eval_windows, eval_lengths = sample_windows(val, C.eval_prompts, C.min_prompt_len, hi, N,
@@ -176,6 +174,9 @@ def main(argv):
         history, start, first_step = state['history'], state['start'], state['step']
         if first_step >= C.max_steps:
             raise UserError(f"{state_path} is already at step {first_step}: raise max_steps to continue it")
+    tracker = Tracker(C, f"spin/{os.path.basename(os.path.splitext(C.out_path)[0])}",
+                      os.path.dirname(os.path.abspath(C.out_path)), rt.master,
+                      resume_step=first_step if state is not None else None)
     if rt.master:
         os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
         with open(log_path, 'w') as f:  # a resumed run's log holds exactly the steps it resumed with

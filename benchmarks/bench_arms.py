@@ -56,9 +56,10 @@ WINDOW_JUDGE = ['--reward_crossover_k=8', '--reward_samples_per_chunk=1', '--rew
 JUDGE_30K = ['--reward_max_blocks=30000', '--reward_eval_interval=200']
 
 
-# the positive controls' GRPO: the probe's budget (200 steps of 8 prompts x 8 completions at lr 1e-4), the judge of
-# the seed frozen and read as an instrument only
-POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_eval_interval=50']
+# the positive controls' GRPO: the probe's (200 steps of 8 prompts x 8 completions, lr 1e-4, beta 0.04, TRL's group
+# scaling), the judge of the seed frozen and read as an instrument only
+POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_beta=0.04', '--grpo_scale_rewards=group',
+            '--grpo_eval_interval=50']
 TEACHER_ITERS = 2500  # the teacher: base v1 trained this many iterations more (the probe's teacher)
 
 

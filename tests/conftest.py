@@ -34,7 +34,7 @@ def run_script(*args, env=None, timeout=600, fresh=False):
     its own runs in a process forked from this worker's fork server (tests/forkserver.py: the imports every script
     pays are done once); `-m` runs, runs with their own environment, fresh=True (two runs that must differ in hash
     seed, as two users' would) and SELFPLAY_TEST_FORK=0 start a fresh interpreter."""
-    forkable = args[0].endswith('.py') and not env and not fresh and os.environ.get('SELFPLAY_TEST_FORK') != '0'
+    forkable = args[0].endswith('.py') and not env and not fresh and fork_server_available()
     if forkable:
         return _forked_run(args[0], args[1:], timeout)
     full_env = dict(os.environ, **(env or {}))
@@ -43,6 +43,15 @@ def run_script(*args, env=None, timeout=600, fresh=False):
 
 
 _SERVER = {}
+
+
+def fork_server_available():
+    """Whether script runs go through the fork server: Linux only (it needs fork after threads have started and
+    AF_UNIX SOCK_SEQPACKET sockets, which macOS lacks), and not switched off (SELFPLAY_TEST_FORK=0). Elsewhere every
+    run is a fresh interpreter: slower, the same results."""
+    import socket
+    return (sys.platform.startswith('linux') and hasattr(os, 'fork') and hasattr(socket, 'SOCK_SEQPACKET')
+            and os.environ.get('SELFPLAY_TEST_FORK') != '0')
 
 
 def _forked_run(script, args, timeout):

@@ -52,3 +52,32 @@ def test_a_forked_run_is_a_fresh_run(script, args):
 def test_a_forked_run_past_its_timeout_is_killed(script):
     with pytest.raises(subprocess.TimeoutExpired):
         run_script(script, 'sleep', timeout=3)
+
+
+def test_without_the_fork_server_script_runs_are_fresh_interpreters(monkeypatch):
+    """Off Linux (macOS has no SOCK_SEQPACKET on Unix sockets) or with SELFPLAY_TEST_FORK=0, run_script starts a
+    fresh interpreter: the same results, no server."""
+    import sys
+    import conftest
+    monkeypatch.setattr(sys, 'platform', 'darwin')
+    assert not conftest.fork_server_available()
+    monkeypatch.setattr(conftest, '_forked_run', lambda *a: pytest.fail('the fork server was used'))
+    r = run_script('-c', 'print(6 * 7)')
+    assert r.stdout.strip() == '42'
+    r = run_script('prepare_reward_data.py', '--max_blocks', '0', '--model_path', 'missing.pt')
+    assert r.returncode != 0 and 'Traceback' not in r.stderr
+    monkeypatch.undo()
+    monkeypatch.setenv('SELFPLAY_TEST_FORK', '0')
+    assert not conftest.fork_server_available()
+
+
+def test_a_script_test_module_passes_without_the_fork_server(tmp_path):
+    """The suite's script tests without the fork server, as on macOS: one module of them (its CLI error tests), run
+    by pytest in a fresh process with SELFPLAY_TEST_FORK=0."""
+    import os
+    import sys
+    r = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-n', '0', '-p', 'no:cacheprovider',
+                        'tests/test_reward_data.py', '-k', 'cli_prints_all_problems or config_validation'],
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), capture_output=True, text=True,
+                       env=dict(os.environ, SELFPLAY_TEST_FORK='0'), timeout=600)
+    assert r.returncode == 0 and ' passed' in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]

@@ -76,3 +76,12 @@ def test_the_torch_lower_bound_covers_the_apis_the_code_calls():
     needed = max(v for api, v in NEWER_TORCH_APIS.items() if api in sources)
     bound = re.search(r'^torch>=(\d+)\.(\d+)', open(os.path.join(ROOT, 'requirements.txt')).read(), re.M)
     assert bound and tuple(map(int, bound.groups())) >= needed, f"requirements.txt needs torch>={needed[0]}.{needed[1]}"
+
+
+def test_the_docs_cite_no_issue_numbers():
+    """The docs say what was measured and why, not which tracker entry asked for it (the numbers mean nothing to a
+    reader of a clone)."""
+    import re
+    cited = [f"{os.path.relpath(f, ROOT)}: {m.group(0)}" for f in [os.path.join(ROOT, 'README.md')]
+             + glob.glob(os.path.join(ROOT, 'docs', '*.md')) for m in re.finditer(r'\b[Ii]ssues? #?\d+', open(f).read())]
+    assert not cited, cited

@@ -1,30 +1,23 @@
 """The model-free referee (the classifier two-sample test) and the blind flag of the fresh judges, on cases with
 known answers."""
+import os
 import random
+import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from conftest import make_text
+from conftest import ROOT, make_text
 from two_sample import two_sample_test
 from verdict import c2st_effect, judge_verdict, matched_temperature, perplexity_effect
+
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+from bench_known_answers import plant_invented_words  # noqa: E402
 
 
 def windows(text, n, length=120):
     return [text[i * length:(i + 1) * length] for i in range(n)]
-
-
-def plant_invented_words(texts, share, seed):
-    """Replace share of each text's words by invented ones (random letters), as a weak char model writes them."""
-    rng = random.Random(seed)
-    out = []
-    for t in texts:
-        words = t.split(' ')
-        for i in rng.sample(range(len(words)), max(1, round(share * len(words)))):
-            words[i] = ''.join(rng.choice('bcdfghjklmnpqrstvwxz') for _ in range(len(words[i]) or 3))
-        out.append(' '.join(words))
-    return out
 
 
 @pytest.fixture(scope='module')

@@ -100,3 +100,45 @@ def test_a_cycle_run_groups_its_trainers(tmp_path):
     assert f"--tensorboard_dir={tmp_path / 'myrun' / 'tensorboard' / 'grpo_v1'}" in args
     C.wandb_log = C.tensorboard_log = False
     assert tracking_args(C, 'grpo_v1') == []
+
+
+def test_a_resumed_grpo_run_continues_its_wandb_run_and_tensorboard_steps(tmp_path, char_ckpt, char_data,
+                                                                         learnable_reward, monkeypatch):
+    """A run killed after logging step 4, its resume state at step 3, restarted with --resume=True: wandb continues
+    the same run (one id for both processes) and TensorBoard holds each step once, 0 to 6, with the resumed run's
+    values for steps 3 and 4 (the killed run's are purged). Tracking settings are no part of what a resume state
+    must match."""
+    import train_grpo
+    import tracking
+    from runtime import run_signature
+    assert run_signature({'lr': 1, 'wandb_log': True, 'tensorboard_dir': 'a'}, []) == \
+        run_signature({'lr': 1, 'wandb_log': False, 'tensorboard_dir': 'b'}, [])
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={learnable_reward}',
+                   f'--out_path={tmp_path / "rm.pt"}', '--device=cpu', '--max_iters=10', '--eval_interval=10')
+    assert r.returncode == 0, r.stderr[-2000:]
+    args = [f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "rm.pt"}', f'--dataset={char_data}',
+            f'--out_path={tmp_path / "p.pt"}', '--device=cpu', '--max_steps=7', '--prompts_per_step=2',
+            '--num_generations=2', '--eval_interval=3', '--ppl_max_tokens=500', '--reward_threshold=2.0',
+            '--resume=True', '--wandb_log=True', '--tensorboard_log=True', f'--tensorboard_dir={tmp_path / "tb"}']
+    env = {'WANDB_MODE': 'offline', 'WANDB_SILENT': 'true'}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    log = tracking.Tracker.log
+
+    def log_then_die(self, row, step):
+        log(self, row, step)
+        if step == 4 and 'reward' in row:
+            self.close()  # what was written so far stays on disk, as after a kill
+            raise KeyboardInterrupt
+    monkeypatch.setattr(tracking.Tracker, 'log', log_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo.main(args)
+    monkeypatch.undo()
+    r = run_script('train_grpo.py', *args, env=env)
+    assert r.returncode == 0 and 'resumed at step 3' in r.stdout, r.stderr[-2000:]
+    runs = glob.glob(str(tmp_path / 'wandb' / 'offline-run-*'))
+    assert len(runs) == 2 and len({os.path.basename(p).rsplit('-', 1)[1] for p in runs}) == 1, runs
+    rows = [json.loads(line) for line in open(tmp_path / 'p_log.jsonl')]
+    reward = tensorboard_scalars(str(tmp_path / 'tb'))['reward']
+    assert [s for s, _ in reward] == list(range(7))
+    assert all(v == pytest.approx(row['reward'], rel=1e-6) for (_, v), row in zip(reward, rows))

@@ -44,3 +44,17 @@ def test_the_method_verdict_reads_each_seeds_effects():
 def test_one_fresh_judge_a_side_is_unresolved():
     assert compare((30.0, 0.0, 1), (20.0, 0.0, 1), True) == 'unresolved'
     assert compare((30.0, 0.5, 3), (20.0, 0.5, 3), True) == 'better'
+
+
+def test_the_docs_reread_finds_the_labels_that_change(tmp_path):
+    """benchmarks/reread_verdicts.py re-reads the labelled effects the docs print under today's rule."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, ROOT + '/benchmarks')
+    from reread_verdicts import reread
+    page = tmp_path / 'page.md'
+    page.write_text("| 0 | equal, −0.021 (−0.032, −0.011) / **worse**, −20.5% (−20.9%, −20.0%) |\n"
+                    "against the MLE control: two-sample test **equal** (arm AUC lower by -0.017 [-0.028, -0.007], "
+                    "margin 0.030), perplexity **equal** (arm ppl lower by -0.5% [-1.2%, 0.1%], margin 1.0%)\n")
+    found = [(line, old, new) for line, old, _, _, new in reread(str(page))]
+    assert found == [(1, 'equal', 'worse'), (1, 'worse', 'worse'), (2, 'equal', 'equal'), (2, 'equal', 'unresolved')]
