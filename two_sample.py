@@ -45,15 +45,16 @@ def continuation_texts(model, tokenizer, reference, prompts, temperature, top_k,
             [tokenizer.decode(s) for s in samples[:, PROMPT_LEN:].tolist()], samples, sample_entropy)
 
 
-def tfidf_classifier():
-    """The referee's classifier: its features are fitted on each training fold only."""
+def tfidf_classifier(balanced=True):
+    """The referee's classifier: its features are fitted on each training fold only. balanced=False: the caller
+    weighs the texts itself (joint_scores)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline, make_union
     return make_pipeline(
         make_union(TfidfVectorizer(analyzer='char', ngram_range=(1, 4), sublinear_tf=True, min_df=2),
                    TfidfVectorizer(analyzer='word', token_pattern=r"[A-Za-z']+", sublinear_tf=True)),
-        LogisticRegression(C=1.0, max_iter=2000, class_weight='balanced'))
+        LogisticRegression(C=1.0, max_iter=2000, class_weight='balanced' if balanced else None))
 
 
 def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
@@ -78,11 +79,14 @@ def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
                 c2st_auc_ci=[float(q) for q in np.percentile(boots, [2.5, 97.5])], c2st_n=len(texts), c2st_folds=folds)
 
 
-def joint_scores(natural_texts, sample_sets, seed, folds=C2ST_FOLDS):
+def joint_scores(natural_texts, sample_sets, seed, folds=C2ST_FOLDS, set_weights=None):
     """
     One referee for several sets of samples: the classifier of each fold learns natural text against every set at
     once, and scores the held-out natural windows and each set's held-out samples. Text i of every set (the
     continuation of prompt i) falls in the fold of natural window i, so every set is read by the same classifiers.
+    set_weights: each set's share of the samples' weight in that training (default: equal); natural text and the
+    samples weigh the same in all, as the balanced classifier weighs them. A side given as the mix of two sets then
+    weighs in the referee as much as a side of one set, and a set of weight 0 teaches it nothing.
     Returns the out-of-fold P(sample) of the natural windows and of each set.
     """
     from sklearn.model_selection import KFold
@@ -91,10 +95,15 @@ def joint_scores(natural_texts, sample_sets, seed, folds=C2ST_FOLDS):
     if any(len(s) != len(natural) for s in sets):
         raise ValueError("every set needs one sample per natural window")
     p_natural, p_sets = np.zeros(len(natural)), [np.zeros(len(natural)) for _ in sets]
+    shares = np.full(len(sets), 1 / len(sets)) if set_weights is None else \
+        np.asarray(set_weights, dtype=np.float64) / np.sum(set_weights)
     for train, test in KFold(folds, shuffle=True, random_state=seed).split(natural):
         X = np.concatenate([natural[train]] + [s[train] for s in sets])
         y = np.r_[np.zeros(len(train)), np.ones(len(train) * len(sets))]
-        classifier = tfidf_classifier().fit(X, y)
+        # the balanced classifier's weights (each class half of the total), the samples' half shared as set_weights
+        half = len(X) / 2
+        w = np.r_[np.full(len(train), half / len(train)), np.repeat(shares * half / len(train), len(train))]
+        classifier = tfidf_classifier(balanced=False).fit(X, y, logisticregression__sample_weight=w)
         p_natural[test] = classifier.predict_proba(natural[test])[:, 1]
         for p, s in zip(p_sets, sets):
             p[test] = classifier.predict_proba(s[test])[:, 1]

@@ -22,9 +22,9 @@ BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
 # spread, which a bootstrap over texts with one fit leaves out
 REFITS = 3
 MIN_SEEDS = 3  # training seeds a verdict on a method reads at the least
-# 3: TOST labels, the referee's refits in the two-sample interval, 'unresolved' for one fresh judge; older verdicts
-# of a run are rebuilt
-VERDICT_FORMAT = 3
+# 3: TOST labels, the referee's refits in the two-sample interval, 'unresolved' for one fresh judge; 4: the joint
+# referee weighs the arm and a two-point control alike; older verdicts of a run are rebuilt
+VERDICT_FORMAT = 4
 
 
 # each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, whether higher is closer to natural text,
@@ -109,9 +109,10 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
     """
     The two-sample test's effect: AUC(control) - AUC(arm), positive when the arm's text is the closer to natural
     text, both read by one referee trained on both sides' samples (two_sample.joint_scores), averaged over `refits`
-    fits of that referee on other folds. Its 95% interval resamples the referee's fit with the natural windows and
-    the prompts (each resample draws one fit and the same prompts for every side), so it holds the classifiers'
-    spread as well as the texts'. control is a point, or the matched temperature's mix of two sweep points
+    fits of that referee on other folds; the arm and the control weigh alike in its training (a control mixed from
+    two sweep points weighs as much as the arm, each point by its share). Its 95% interval resamples the referee's
+    fit with the natural windows and the prompts (each resample draws one fit and the same prompts for every side),
+    so it holds the classifiers' spread as well as the texts'. control is a point, or the matched temperature's mix of two sweep points
     (c2st_parts: [(weight, point)]). None where a side kept no texts or the sides were not measured on the same
     natural windows.
     """
@@ -119,8 +120,10 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
     points = [arm] + [p for _, p in parts]
     if any('c2st_sample_texts' not in p or p['c2st_natural_texts'] != arm['c2st_natural_texts'] for p in points):
         return None
-    fits = [joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points], seed + r)
-            for r in range(refits)]
+    # the referee weighs the arm and the control alike: the control's half shared by its parts' weights
+    weights = [1.0] + [w for w, _ in parts]
+    fits = [joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points], seed + r,
+                         set_weights=weights) for r in range(refits)]
 
     def difference(fit, natural, prompts):
         p_natural, p_sets = fits[fit]

@@ -69,6 +69,11 @@ def test_the_two_sample_verdict_knows_the_answers(natural):
     halfway = c2st_effect(c2st_point(reference, a), mix)
     assert 0 < halfway['effect'] < -planted['effect'] and halfway['label'] == 'better'
     assert c2st_effect(c2st_point(reference, a), c2st_point(b, a)) is None  # other natural windows: no comparison
+    # a mix's part of weight 0 teaches the referee nothing: the comparison is the one with its other part alone
+    # (up to the TF-IDF vocabulary, which every text still enters)
+    alone = c2st_effect(c2st_point(reference, a), planted_b)
+    zero = c2st_effect(c2st_point(reference, a), dict(c2st_parts=[(1.0, planted_b), (0.0, c2st_point(reference, b))]))
+    assert abs(zero['effect'] - alone['effect']) < 0.005, (zero['effect'], alone['effect'])
 
 
 def test_known_answers_at_the_seed_unit():
