@@ -134,7 +134,8 @@ def make_teacher(run):
     subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), f'--init_from={base}', f'--out_dir={work}', f'--dataset={data_path(C["dataset"])}', f'--batch_size={C["batch_size"]}',
                     f'--block_size={C["block_size"]}', f'--max_iters={TEACHER_ITERS}', '--decay_lr=False',
                     f'--learning_rate={C["base_learning_rate"] / 10}', '--warmup_iters=0', '--eval_interval=500',
-                    '--always_save_checkpoint=True', '--beta2=0.99', f'--device={C["device"]}'], check=True)
+                    '--always_save_checkpoint=True', '--beta2=0.99', f'--eval_iters={C["base_eval_iters"]}',
+                    '--log_interval=100', '--ppl_max_tokens=50000', f'--device={C["device"]}'], check=True)
     os.replace(os.path.join(work, 'ckpt.pt'), path)
     shutil.rmtree(work)
 
@@ -203,8 +204,12 @@ def method_cell(runs, control):
     m = method_verdict([v for _, v in runs], control)
     if m['c2st_effect'] is None and m['perplexity_effect'] is None:
         return '–'
-    cell = lambda e, spec: '–' if e is None else \
-        f"**{e['label']}** {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}]"  # noqa: E731
+    def cell(e, spec):
+        if e is None:
+            return '–'
+        if e['seeds'] < 2:  # no spread over one seed: its effect, unresolved as a method
+            return f"**{e['label']}** ({e['effect']:{spec}}, 1 seed)"
+        return f"**{e['label']}** {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}]"
     return f"{cell(m['c2st_effect'], '.3f')}; {cell(m['perplexity_effect'], '.1%')}"
 
 

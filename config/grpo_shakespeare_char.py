@@ -1,4 +1,5 @@
-# GRPO of the default cycle's base model against the mean-pooled judge (docs/grpo_cycle.md), ~2 minutes on 2 CPU cores.
+# GRPO of the default cycle's base model against the mean-pooled judge (docs/grpo_cycle.md): about 2 minutes on 2
+# cores of an AMD EPYC (PyTorch 2.13.0; the run and its date in docs/grpo_cycle.md).
 # python train_grpo.py config/grpo_shakespeare_char.py --policy_path=BASE.pt --reward_model_path=RM.pt --out_path=NEW.pt
 max_steps = 100
 prompts_per_step = 8

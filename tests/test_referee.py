@@ -62,17 +62,18 @@ def test_the_two_sample_verdict_knows_the_answers(natural):
     assert same['refits'] == 3 and 0.015 < same['detectable'] < 0.035
     assert abs(same['arm_auc'] - 0.5) < 0.05 and abs(same['control_auc'] - 0.5) < 0.05
     planted_b = c2st_point(reference, plant_invented_words(b, 0.2, seed=0))
-    planted = c2st_effect(planted_b, c2st_point(reference, a))
+    planted = c2st_effect(planted_b, c2st_point(reference, a), refits=1)  # the direction: one fit will do
     assert planted['label'] == 'worse' and planted['ci'][1] < -0.03, planted
     # the matched temperature's mix: half a clean draw, half a planted one, lies between them
     mix = dict(c2st_parts=[(0.5, c2st_point(reference, a)), (0.5, planted_b)])
-    halfway = c2st_effect(c2st_point(reference, a), mix)
+    halfway = c2st_effect(c2st_point(reference, a), mix, refits=1)
     assert 0 < halfway['effect'] < -planted['effect'] and halfway['label'] == 'better'
     assert c2st_effect(c2st_point(reference, a), c2st_point(b, a)) is None  # other natural windows: no comparison
     # a mix's part of weight 0 teaches the referee nothing: the comparison is the one with its other part alone
     # (up to the TF-IDF vocabulary, which every text still enters)
-    alone = c2st_effect(c2st_point(reference, a), planted_b)
-    zero = c2st_effect(c2st_point(reference, a), dict(c2st_parts=[(1.0, planted_b), (0.0, c2st_point(reference, b))]))
+    alone = c2st_effect(c2st_point(reference, a), planted_b, refits=1)
+    zero = c2st_effect(c2st_point(reference, a), dict(c2st_parts=[(1.0, planted_b), (0.0, c2st_point(reference, b))]),
+                       refits=1)
     assert abs(zero['effect'] - alone['effect']) < 0.005, (zero['effect'], alone['effect'])
 
 
