@@ -29,14 +29,14 @@ from two_sample import PROMPT_LEN  # noqa: E402
 from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect  # noqa: E402
 
 
-def plant_invented_words(texts, share, seed):
+def plant_invented_words(texts, share, seed, letters='bcdfghjklmnpqrstvwxz'):
     """Replace share of each text's words by invented ones (random consonants), as a weak char model writes them."""
     rng = random.Random(seed)
     out = []
     for t in texts:
         words = t.split(' ')
         for i in rng.sample(range(len(words)), max(1, round(share * len(words)))):
-            words[i] = ''.join(rng.choice('bcdfghjklmnpqrstvwxz') for _ in range(len(words[i]) or 3))
+            words[i] = ''.join(rng.choice(letters) for _ in range(len(words[i]) or 3))
         out.append(' '.join(words))
     return out
 

@@ -69,12 +69,6 @@ def test_the_two_sample_verdict_knows_the_answers(natural):
     halfway = c2st_effect(c2st_point(reference, a), mix, refits=1)
     assert 0 < halfway['effect'] < -planted['effect'] and halfway['label'] == 'better'
     assert c2st_effect(c2st_point(reference, a), c2st_point(b, a)) is None  # other natural windows: no comparison
-    # a mix's part of weight 0 teaches the referee nothing: the comparison is the one with its other part alone
-    # (up to the TF-IDF vocabulary, which every text still enters)
-    alone = c2st_effect(c2st_point(reference, a), planted_b, refits=1)
-    zero = c2st_effect(c2st_point(reference, a), dict(c2st_parts=[(1.0, planted_b), (0.0, c2st_point(reference, b))]),
-                       refits=1)
-    assert abs(zero['effect'] - alone['effect']) < 0.005, (zero['effect'], alone['effect'])
 
 
 def test_known_answers_at_the_seed_unit():
@@ -98,6 +92,20 @@ def test_known_answers_at_the_seed_unit():
     assert seed_effect(planted, AUC_MARGIN)['label'] == 'worse', planted
     assert seed_effect(ppl_natural, PPL_MARGIN)['label'] == 'equal', ppl_natural
     assert seed_effect(ppl_planted, PPL_MARGIN)['label'] == 'worse', ppl_planted
+
+
+def test_the_joint_referee_weighs_a_two_point_control_as_much_as_the_arm(natural):
+    """A control mixed from two sweep points once taught the joint referee its model twice, which read the arm as the
+    closer to natural text. Two kinds of invented words (other letters), each played as the arm against a two-point
+    control of the other: the two effects nearly cancel (their sum measured 0.022; 0.056 when each set weighed
+    alike in the referee's training)."""
+    reference, a, b = natural
+    total = 0.0
+    for mine, theirs in (('bcdfg', 'vwxz'), ('vwxz', 'bcdfg')):
+        parts = [(0.5, c2st_point(reference, plant_invented_words(b, 0.02, s, theirs))) for s in (1, 2)]
+        arm = c2st_point(reference, plant_invented_words(a, 0.02, 0, mine))
+        total += c2st_effect(arm, dict(c2st_parts=parts), refits=1)['effect']
+    assert abs(total) < 0.04, total
 
 
 def bigram_cross_entropy(train_text, texts):
