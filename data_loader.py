@@ -217,8 +217,13 @@ def train_words(data_dir):
     return words_known_in(train, TokenizationManager('auto', data_dir=data_dir))
 
 
+def whole_words(text):
+    """The words of a window that it cannot have cut: all but its first and last."""
+    return words_of(text)[1:-1]
+
+
 def unknown_word_rate(texts, known_words):
     """Share of words never seen in known_words (the train split's): the misspelt and invented words a char
-    model writes and natural text rarely has. Each text's first and last word are skipped: the window may cut them."""
-    words = [w for t in texts for w in words_of(t)[1:-1]]
+    model writes and natural text rarely has, over each window's whole words."""
+    words = [w for t in texts for w in whole_words(t)]
     return sum(w not in known_words for w in words) / len(words) if words else 0.0

@@ -168,7 +168,8 @@ def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk
             '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
             '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)] \
         + (['--crossover_k', str(crossover_k)] if crossover_k else []) \
-        + (['--exclude_eval_windows', str(exclude_eval[0]), '--eval_seed', str(exclude_eval[1])] if exclude_eval else [])
+        + (['--exclude_eval_windows', str(exclude_eval[0]), '--eval_seed', str(exclude_eval[1])]
+           if exclude_eval else [])
 
 
 def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):

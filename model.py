@@ -280,7 +280,8 @@ class GPT(nn.Module):
           'compile' 'static' through torch.compile (fused kernels), recorded as a CUDA graph on CUDA;
           'auto'    'eager' on every device: the graph loop becomes the default once a GPU run has measured it.
         A 'graph' or 'compile' loop that fails to compile or record falls back to 'eager', with one warning; the
-        failure is remembered for that shape and settings, whose later calls go straight to 'eager'. Every call checks, once after the loop, that the logits were finite and the tokens in the vocabulary.
+        failure is remembered for that shape and settings, whose later calls go straight to 'eager'. Every call
+        checks, once after the loop, that the logits were finite and the tokens in the vocabulary.
         """
         assert self.config.mode == 'generator', "generate() needs a generator-mode model"
         if sampler not in SAMPLERS:

@@ -322,6 +322,14 @@ def spin_cmd(C, base, earlier, data_dir, out_path, seed):
             '--ppl_max_tokens=50000', f'--device={C.device}', f'--seed={seed}', '--resume=True', *mix]
 
 
+def base_train_args(C, data_dir):
+    """The train.py options every next-token stage of a run shares (base v1, the MLE controls; bench_arms' teacher)."""
+    return [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
+            f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
+            '--beta2=0.99', f'--eval_iters={C.base_eval_iters}',
+            '--log_interval=100', '--ppl_max_tokens=50000', f'--compile={C.compile}', f'--device={C.device}']
+
+
 def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None, arm_log=None):
     """The cycle's train_grpo.py call (benchmarks reuse it to vary one setting; arm_log: the judge-off control of
     the arm that wrote that log, run for as many steps). The judge options appear only when set, so a frozen-judge
@@ -411,10 +419,7 @@ def main(argv):
                 after(partials)
         pipe.stage(name, outputs, inputs, args, build)
 
-    train_args = [f'--dataset={data_dir}', f'--n_layer={C.n_layer}', f'--n_head={C.n_head}', f'--n_embd={C.n_embd}',
-                  f'--block_size={C.block_size}', f'--batch_size={C.batch_size}', f'--dropout={C.dropout}',
-                  '--beta2=0.99', f'--eval_iters={C.base_eval_iters}',
-                  '--log_interval=100', '--ppl_max_tokens=50000', f'--compile={C.compile}', f'--device={C.device}']
+    train_args = base_train_args(C, data_dir)
 
     def train_stage(name, output, inputs, extra, log):
         """train.py into a work folder; its ckpt.pt becomes the output."""
@@ -730,7 +735,8 @@ def write_report(out, C, current):
     lines = ['# Adversarial self-play report', '', f"Run directory `{out}`; config in `config.json`. Every figure "
              f"below is measured by the same instruments: the referee `{C.referee_path or 'base_model_v1.pt'}` gives "
              f"MAUVE's features and the start of every fresh judge ({C.judge_seeds} "
-             f"seed{'s' if C.judge_seeds != 1 else ''} per point, each on its own data, selected on one half of its held-out data; {FRESH_JUDGE_TEXT[C.judge_recipe]}; 'blind': "
+             f"seed{'s' if C.judge_seeds != 1 else ''} per point, each on its own data, selected on one half of "
+             f"its held-out data; {FRESH_JUDGE_TEXT[C.judge_recipe]}; 'blind': "
              f"every judge kept its untrained start); a TF-IDF logistic regression that reads no model tells "
              f"samples from natural windows (two-sample AUC of the pooled out-of-fold scores over 5 folds, ± its "
              f"bootstrap sd over the texts); "

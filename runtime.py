@@ -13,6 +13,7 @@ import torch.distributed as dist
 from configurator import UserError, launched_by_torchrun
 from data_loader import file_sha256
 from model import save_atomic
+from tracking import TRACKING_DEFAULTS
 
 
 def resolve_device(device):
@@ -147,7 +148,6 @@ def run_signature(config, input_paths):
     """What a resume state must match: the run's settings (all but resume itself, max_steps, which a resumed run
     may extend, and the tracking settings, which change where it reports, not what it computes) and the sha256 of
     each of its input files."""
-    from tracking import TRACKING_DEFAULTS
     settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps', *TRACKING_DEFAULTS)}
     return {'settings': settings, 'inputs': [file_sha256(p) for p in input_paths]}
 

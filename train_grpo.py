@@ -46,7 +46,7 @@ from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from auc import sight_auc
 from judge import NgramJudge, freeze_trunk, judge_update, pair_accuracy, reward_metrics
-from data_loader import words_known_in, words_of
+from data_loader import whole_words, words_known_in
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
 from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
                     token_logprobs, warmup_lr)
@@ -411,6 +411,7 @@ def setup(C, rt):
     # the natural side of the judge's sight: as many val windows as a step has rollouts, drawn once by their own
     # generator, each read over the positions its row's rollout completes
     rows = C.prompts_per_step // rt.world_size * C.num_generations
+    run.sight_probs = None  # a frozen judge's output on them, scored once (sight_window_probs)
     run.sight_windows = torch.from_numpy(sample_windows(run.val, rows, 1, 1, run.N,
                                                         np.random.default_rng([C.seed, rt.rank, 11]))[0]).to(rt.device)
     run.referee_windows = eval_windows(run.val, C.referee_samples, run.N, C.referee_seed) if C.referee_samples else None
@@ -552,17 +553,25 @@ def model_scores(run, batch):
     with torch.no_grad(), rt.ctx:  # the rollouts, the sight's val windows and the prompts' own: one precision
         feats = rm.reward_features(batch.seqs)
         probs = rm.reward_head(feats).float()  # (B, 2), or (B, N, 2) by position for a token judge
-        sight_probs = rm.reward_head(rm.reward_features(run.sight_windows)).float()
         real_feats = rm.reward_features(batch.real) if pairwise else None
         real_probs = rm.reward_head(real_feats).float() if pairwise else None
     judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
     rewards = (judged * batch.generated).sum(1) / batch.generated.sum(1) if judged.dim() == 2 else p_natural
     s = SimpleNamespace(feats=feats, judged=judged, rewards=rewards, p_natural=p_natural, real_feats=None,
-                        pair_acc=None, sight=judge_sight(batch, sight_probs, probs[..., 0]))
+                        pair_acc=None, sight=judge_sight(batch, sight_window_probs(run), probs[..., 0]))
     if pairwise:
         s.real_feats = real_feats.float().repeat_interleave(C.num_generations, 0)
         s.pair_acc = pair_accuracy(real_probs.repeat_interleave(C.num_generations, 0), probs)
     return s
+
+
+def sight_window_probs(run):
+    """The judge's output on the sight's fixed val windows, in the precision the rollouts are scored in: every step
+    for a judge that learns online, once for a frozen one (the same windows, the same judge)."""
+    if run.sight_probs is None or run.C.judge_update_interval:
+        with torch.no_grad(), run.rt.ctx:
+            run.sight_probs = run.reward_model.reward_head(run.reward_model.reward_features(run.sight_windows)).float()
+    return run.sight_probs
 
 
 def teacher_rewards(run, batch):
@@ -584,7 +593,7 @@ def known_word_rewards(run, batch):
     last may be cut by the window or the prompt, as unknown_word_rate skips them); 0 for a completion without one."""
     rewards = []
     for text in completion_texts(run, batch.seqs, batch.lengths_t.cpu().numpy()):
-        words = words_of(text)[1:-1]
+        words = whole_words(text)
         rewards.append(sum(w in run.known_words for w in words) / len(words) if words else 0.0)
     return torch.tensor(rewards, device=batch.seqs.device)
 

@@ -112,9 +112,9 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
     fits of that referee on other folds; the arm and the control weigh alike in its training (a control mixed from
     two sweep points weighs as much as the arm, each point by its share). Its 95% interval resamples the referee's
     fit with the natural windows and the prompts (each resample draws one fit and the same prompts for every side),
-    so it holds the classifiers' spread as well as the texts'. control is a point, or the matched temperature's mix of two sweep points
-    (c2st_parts: [(weight, point)]). None where a side kept no texts or the sides were not measured on the same
-    natural windows.
+    so it holds the classifiers' spread as well as the texts'. control is a point, or the matched temperature's mix
+    of two sweep points (c2st_parts: [(weight, point)]). None where a side kept no texts or the sides were not
+    measured on the same natural windows.
     """
     parts = control.get('c2st_parts') or [(1.0, control)]
     points = [arm] + [p for _, p in parts]

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import data_path  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
-from run_cycles import _plt, first_last, load_json  # noqa: E402
+from run_cycles import _plt, base_train_args, first_last, load_json  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
 from judge import pair_accuracy, reward_metrics  # noqa: E402
 from verdict import fresh_judge_figure, method_verdict  # noqa: E402
@@ -129,13 +130,11 @@ def make_teacher(run):
     path = teacher_path(run)
     if os.path.exists(path):
         return
-    work, C = path + '.partial', load_json(os.path.join(run, 'config.json'))
-    base = os.path.join(run, 'base_model_v1.pt')
-    subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), f'--init_from={base}', f'--out_dir={work}', f'--dataset={data_path(C["dataset"])}', f'--batch_size={C["batch_size"]}',
-                    f'--block_size={C["block_size"]}', f'--max_iters={TEACHER_ITERS}', '--decay_lr=False',
-                    f'--learning_rate={C["base_learning_rate"] / 10}', '--warmup_iters=0', '--eval_interval=500',
-                    '--always_save_checkpoint=True', '--beta2=0.99', f'--eval_iters={C["base_eval_iters"]}',
-                    '--log_interval=100', '--ppl_max_tokens=50000', f'--device={C["device"]}'], check=True)
+    work, C = path + '.partial', SimpleNamespace(**load_json(os.path.join(run, 'config.json')))
+    subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), *base_train_args(C, data_path(C.dataset)),
+                    f'--init_from={os.path.join(run, "base_model_v1.pt")}', f'--out_dir={work}',
+                    f'--max_iters={TEACHER_ITERS}', '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}',
+                    '--warmup_iters=0', '--eval_interval=500', '--always_save_checkpoint=True'], check=True)
     os.replace(os.path.join(work, 'ckpt.pt'), path)
     shutil.rmtree(work)
 

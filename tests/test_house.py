@@ -82,6 +82,7 @@ def test_the_docs_cite_no_issue_numbers():
     """The docs say what was measured and why, not which tracker entry asked for it (the numbers mean nothing to a
     reader of a clone)."""
     import re
-    cited = [f"{os.path.relpath(f, ROOT)}: {m.group(0)}" for f in [os.path.join(ROOT, 'README.md')]
-             + glob.glob(os.path.join(ROOT, 'docs', '*.md')) for m in re.finditer(r'\b[Ii]ssues? #?\d+', open(f).read())]
+    pages = [os.path.join(ROOT, 'README.md')] + glob.glob(os.path.join(ROOT, 'docs', '*.md'))
+    cited = [f"{os.path.relpath(f, ROOT)}: {m.group(0)}" for f in pages
+             for m in re.finditer(r'\b[Ii]ssues? #?\d+', open(f).read())]
     assert not cited, cited
