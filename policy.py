@@ -23,16 +23,18 @@ def completion_mask(prompt_lengths, seq_len):
     return generated_positions(prompt_lengths, seq_len)[:, 1:]
 
 
-def token_logprobs(model, seqs, temperature, entropy=False, chunk=8):
+def token_logprobs(model, seqs, temperature, entropy=False, chunk=8, kl_to=None, kl_forward=False):
     """
     Log-probabilities (B, T-1) of each next token, from logits scaled by the sampling temperature, and with
     entropy=True each position's entropy (B, T-1, no gradient). Only the logits (B, T-1, V) stay alive for the
     backward: the normaliser and the entropy are computed `chunk` rows at a time, so a 50k-token vocabulary never
     holds a full log-softmax (or its entropy terms) beside them.
+    kl_to: another model's next-token log-probabilities (B, T-1, V); then a third output, each position's exact
+    KL(this model || that one) over the whole vocabulary (B, T-1), with its gradient (kl_forward: KL(that || this)).
     """
     logits = model(seqs[:, :-1], all_logits=True)[0].float() / temperature
     targets = seqs[:, 1:, None]
-    logps, entropies = [], []
+    logps, entropies, kls = [], [], []
     for i in range(0, len(seqs), chunk):
         rows = logits[i:i + chunk]
         lse = torch.logsumexp(rows, dim=-1)
@@ -40,7 +42,12 @@ def token_logprobs(model, seqs, temperature, entropy=False, chunk=8):
         if entropy:
             with torch.no_grad():
                 entropies.append(softmax_entropy(rows))
-    return torch.cat(logps), (torch.cat(entropies) if entropy else None)
+        if kl_to is not None:
+            log_p, other = rows - lse[..., None], kl_to[i:i + chunk]
+            first, second = (other, log_p) if kl_forward else (log_p, other)
+            kls.append((first.exp() * (first - second)).sum(-1))
+    out = torch.cat(logps), (torch.cat(entropies) if entropy else None)
+    return out if kl_to is None else (*out, torch.cat(kls))
 
 
 def warmup_lr(optimizer, learning_rate, warmup_steps, step):

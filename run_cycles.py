@@ -109,6 +109,8 @@ grpo_nll_weight = 0.0  # real text in GRPO's loss: this weight times the next-to
 grpo_reward = 'judge'
 grpo_teacher_path = ''
 grpo_token_discount = 0.23  # with grpo_token_advantages: the discount of later per-token rewards (1: their sum)
+grpo_teacher_kl_weight = 0.0  # the teacher's reward: weight of the exact per-token KL (MiniLLM's single step)
+grpo_teacher_kl = 'reverse'  # its direction: 'reverse' KL(policy || teacher), or 'forward' (GKD)
 trainer_seed = 0  # 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: s + n (repeats)
 # SPIN (trainer='spin'; train_spin.py)
 spin_max_steps = 60
@@ -355,6 +357,8 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--reward={C.grpo_reward}'] if C.grpo_reward != 'judge' else []) \
         + ([f'--teacher_path={C.grpo_teacher_path}'] if C.grpo_teacher_path else []) \
         + ([f'--token_discount={C.grpo_token_discount}'] if C.grpo_token_discount != 0.23 else []) \
+        + ([f'--teacher_kl_weight={C.grpo_teacher_kl_weight}'] if C.grpo_teacher_kl_weight else []) \
+        + ([f'--teacher_kl={C.grpo_teacher_kl}'] if C.grpo_teacher_kl != 'reverse' else []) \
         + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])
 
 

@@ -66,8 +66,9 @@ min_delta = 0.0
 # >0: the last select_tokens tokens of train.bin are held out of training, and early stopping and the kept checkpoint
 # read their loss instead of val's, so that val (every reported figure's split) never chooses a checkpoint
 select_tokens = 0
-# held-out perplexity at each evaluation, over the whole val split (or its first ppl_max_tokens tokens)
+# held-out perplexity over the whole val split (or its first ppl_max_tokens tokens)
 ppl_max_tokens = 0  # 0: the whole split
+ppl_every_eval = True  # False: only at the evaluation that ends the run (on nanoGPT's CPU recipe each costs ~1.5 s)
 # system
 backend = 'auto'  # DDP backend: 'auto' = nccl on CUDA, gloo on CPU
 device = 'auto'  # 'auto', 'cpu', 'cuda', 'cuda:1', ...
@@ -240,11 +241,13 @@ def main(argv):
         stop = False
         if (iter_num % C.eval_interval == 0 or iter_num >= C.max_iters) and rt.master:
             losses = estimate_loss()
-            ppl = val_perplexity()
-            last = dict(losses, ppl=ppl, iter=iter_num)
-            tqdm.write(f"step {iter_num}: {loss_line(losses)}, val ppl {ppl:.3f}")
-            tracker.log(dict({f'{k}_loss': v for k, v in losses.items()}, val_ppl=ppl, lr=lr), iter_num)
             stopper.step(losses[select_split])
+            ending = stopper.should_stop or iter_num >= C.max_iters
+            ppl = {'ppl': val_perplexity()} if C.ppl_every_eval or ending else {}
+            last = dict(losses, **ppl, iter=iter_num)
+            tqdm.write(f"step {iter_num}: {loss_line(losses)}" + (f", val ppl {ppl['ppl']:.3f}" if ppl else ''))
+            tracker.log(dict({f'{k}_loss': v for k, v in losses.items()}, **{f'val_{k}': v for k, v in ppl.items()},
+                             lr=lr), iter_num)
             if losses[select_split] < best_val_loss or C.always_save_checkpoint:
                 best_val_loss = min(best_val_loss, losses[select_split])
                 # a run from a checkpoint keeps its start when no later evaluation beats it (continued training that

@@ -71,6 +71,14 @@ judge = 'model'
 # the share of the completion's words found in the train split (an exact reward, and a hackable one)
 reward = 'judge'
 teacher_path = ''
+# reward='teacher' with token_advantages: MiniLLM's single-step decomposition. > 0: each completion position's own
+# term, the reverse KL(policy || teacher) over the whole vocabulary, is minimised exactly with this weight (its
+# gradient, no sampling noise), and a token's advantage credits only the log-ratios after it (0: the sampled reward's
+# per-token credit alone). It holds the teacher's next-token log-probs (B, T, V) for a step: char-sized vocabularies
+teacher_kl_weight = 0.0
+# the exact term's direction: 'reverse', KL(policy || teacher) (MiniLLM; mode-seeking), or 'forward', KL(teacher ||
+# policy) on the policy's own prefixes (GKD's on-policy distillation; it keeps the teacher's spread)
+teacher_kl = 'reverse'
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -337,6 +345,11 @@ def check_config(C):
         raise UserError("--reward=teacher needs --teacher_path=GENERATOR.pt, and teacher_path goes with it alone")
     if C.reward != 'judge' and C.judge_update_interval:
         raise UserError(f"--reward={C.reward} does not read the judge: it stays frozen (drop judge_update_interval)")
+    if C.teacher_kl not in ('reverse', 'forward'):
+        raise UserError(f"teacher_kl must be 'reverse' or 'forward', got {C.teacher_kl!r}")
+    if C.teacher_kl_weight and not (C.reward == 'teacher' and C.token_advantages):
+        raise UserError("--teacher_kl_weight splits the teacher's per-token credit: it needs --reward=teacher and "
+                        "--token_advantages=True")
     if C.token_advantages and C.reward == 'known_words':
         raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
@@ -528,12 +541,14 @@ def score(run, batch, reference=True):
     crossover sample with K = its prompt length. Also the reference's log-probs (unless reference=False)."""
     C, rt = run.C, run.rt
     s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
+    s.teacher_logp = None
     if C.reward == 'teacher':  # the positive controls: the judge's figures stay, its signal is replaced
-        s.rewards, s.judged = teacher_rewards(run, batch)
+        s.rewards, s.judged, s.teacher_logp = teacher_rewards(run, batch)
     elif C.reward == 'known_words':
         s.rewards = known_word_rewards(run, batch)
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
         s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
+        s.teacher_logp = None
     s.natural_share = batch.lengths_t.float() / run.N
     s.fresh = reward_metrics(s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N,
                              float(s.natural_share.mean()))
@@ -578,14 +593,21 @@ def teacher_rewards(run, batch):
     """reward='teacher': per completion token, log p_teacher - log p_policy of the sampled token (the policy as it
     sampled, at the sampling temperature); each completion's reward is their mean (the per-token reverse KL's
     negative, length-normalised), and the per-position log-ratios (B, N) feed token_advantages (position j + 1 is
-    target j's)."""
+    target j's). With teacher_kl_weight the token's own log-ratio leaves its credit (the exact KL term takes it): the
+    per-position rewards move one position earlier, so target j's return starts at token j + 2's. Returns (rewards,
+    per-position rewards, the teacher's next-token log-probs (B, N-1, V) or None)."""
     C, rt = run.C, run.rt
     with torch.no_grad(), rt.ctx:
-        ratio = (token_logprobs(run.teacher, batch.seqs, 1.0)[0] - token_logprobs(run.policy, batch.seqs,
-                                                                                  C.temperature)[0]).float()
-    ratio = ratio * batch.mask
+        teacher_logp = None
+        if C.teacher_kl_weight:  # every next token's log-prob, for the exact term
+            teacher_logp = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
+            teacher_token = teacher_logp.gather(-1, batch.seqs[:, 1:, None]).squeeze(-1)
+        else:
+            teacher_token = token_logprobs(run.teacher, batch.seqs, 1.0)[0].float()
+        ratio = (teacher_token - token_logprobs(run.policy, batch.seqs, C.temperature)[0].float()) * batch.mask
     rewards = ratio.sum(1) / batch.mask.sum(1).clamp_min(1)
-    return rewards, torch.nn.functional.pad(ratio, (1, 0))
+    per_position = torch.nn.functional.pad(ratio, (0, 1) if C.teacher_kl_weight else (1, 0))
+    return rewards, per_position, teacher_logp
 
 
 def known_word_rewards(run, batch):
@@ -650,17 +672,21 @@ def policy_update(run, batch, s):
     C, rt = run.C, run.rt
     dapo_tokens = global_sum(batch.mask.sum(), rt).float() / rt.world_size
     real_tokens = global_sum(batch.real_mask.sum(), rt).float() / rt.world_size
-    u = SimpleNamespace(stats={}, nll=None, old_logps=None)
+    u = SimpleNamespace(stats={}, nll=None, old_logps=None, teacher_kl=None)
     for _ in range(C.num_iterations):
         with rt.ctx:
-            logps, token_entropy = token_logprobs(run.trained, batch.seqs, C.temperature,
-                                                  entropy=u.old_logps is None)
+            logps, token_entropy, *exact_kl = token_logprobs(run.trained, batch.seqs, C.temperature,
+                                                             entropy=u.old_logps is None, kl_to=s.teacher_logp,
+                                                             kl_forward=C.teacher_kl == 'forward')
         if u.old_logps is None:
             u.old_logps = logps.detach()
             u.entropy = (token_entropy * batch.mask).sum() / batch.mask.sum()
         u.loss, pass_stats = grpo_loss(logps, u.old_logps, s.ref_logps, s.advantages, batch.mask, C.epsilon,
                                        C.epsilon_high, C.beta, C.loss_type, run.max_completion,
                                        token_count=dapo_tokens if rt.ddp else None)
+        if exact_kl:  # MiniLLM's single-step term, averaged over completion tokens as the 'grpo' loss averages
+            u.teacher_kl = ((exact_kl[0] * batch.mask).sum(-1) / batch.mask.sum(-1).clamp_min(1)).mean()
+            u.loss = u.loss + C.teacher_kl_weight * u.teacher_kl
         u.stats = u.stats or pass_stats  # KL of the rollout policy: measured on the first pass
         u.stats['clip_ratio'] = pass_stats['clip_ratio']
         run.optimizer.zero_grad(set_to_none=True)
@@ -741,6 +767,7 @@ def log_row(run, step, lr, batch, s, u, times):
                time_scoring=times[2] - times[1], time_update=times[3] - times[2],
                judge_r2=mean(s.fresh['r2']), judge_boundary_error=mean(s.fresh['boundary_error']),
                judge_loss=u.judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
+               teacher_kl=None if u.teacher_kl is None else mean(u.teacher_kl.item()),
                judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None,
                judge_sight=mean(s.sight))
     run.history.append(row)

@@ -61,11 +61,23 @@ JUDGE_30K = ['--reward_max_blocks=30000', '--reward_eval_interval=200']
 # scaling), the judge of the seed frozen and read as an instrument only
 POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_beta=0.04', '--grpo_scale_rewards=group',
             '--grpo_eval_interval=50']
-TEACHER_ITERS = 2500  # the teacher: base v1 trained this many iterations more (the probe's teacher)
+# the teachers, trained once per run by train.py, their cost their own: name -> (the checkpoint they start from, their
+# options). teacher_2500 is the probe's: base v1 + 2,500 iterations at a tenth of the base's learning rate, its last
+# checkpoint. teacher_plateau trains on from it towards the plateau (config/game_converged.py's 1.399 val loss):
+# 4,000 iterations more, 100 of warm-up (a fresh optimizer), cosine from a quarter of the base's rate, its last
+# checkpoint (its start trained on every train token, so no held-out train tokens are left to select on)
+def teachers(C):
+    return {'teacher_2500': ('base_model_v1.pt', ['--max_iters=2500', '--decay_lr=False',
+                                                  f'--learning_rate={C.base_learning_rate / 10}', '--warmup_iters=0',
+                                                  '--eval_interval=500', '--always_save_checkpoint=True']),
+            'teacher_plateau': ('teacher_2500.pt', ['--max_iters=4000', '--lr_decay_iters=4000',
+                                                    f'--learning_rate={C.base_learning_rate / 4}',
+                                                    f'--min_lr={C.base_learning_rate / 40}', '--eval_interval=500',
+                                                    '--warmup_iters=100', '--always_save_checkpoint=True'])}
 
 
-def teacher_path(run):
-    return os.path.join(run, f'teacher_{TEACHER_ITERS}.pt')
+def teacher_path(run, name='teacher_2500'):
+    return os.path.join(run, f'{name}.pt')
 
 
 def arms(run):
@@ -111,9 +123,34 @@ def arms(run):
         'ngram_online_pure': ("n-gram judge (the two-sample test's classifier) refit online, no real text",
                               WINDOW_JUDGE + ngram),
         # the positive controls: rewards known to be right, through the same GRPO, cycle, controls and referees
-        'teacher': (f'teacher reward (base v1 + {TEACHER_ITERS} iterations; per-token log-ratio, per-token credit)',
+        'teacher': ('teacher reward (base v1 + 2,500 iterations; per-token log-ratio, per-token credit)',
                     POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run)}',
                                 '--grpo_token_advantages=True', '--grpo_token_discount=1.0']),
+        # MiniLLM's single-step decomposition: each token's own reverse KL to the teacher exactly, over the vocabulary;
+        # the sampled log-ratios after it as its advantage
+        'teacher_exact': ('teacher reward (base v1 + 2,500 iterations) + exact single-step KL',
+                          POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run)}',
+                                      '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
+                                      '--grpo_teacher_kl_weight=1.0']),
+        'teacher_plateau_exact': ('plateau teacher reward + exact single-step KL',
+                                  POSITIVE + ['--grpo_reward=teacher',
+                                              f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
+                                              '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
+                                              '--grpo_teacher_kl_weight=1.0']),
+        # the exact term the other way round, KL(teacher || policy) on the policy's prefixes (GKD): it keeps the
+        # teacher's spread where the reverse KL seeks its modes
+        'teacher_plateau_forward': ('plateau teacher reward + exact forward KL (GKD)',
+                                    POSITIVE + ['--grpo_reward=teacher',
+                                                f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
+                                                '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
+                                                '--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward']),
+        # the same at ten times the learning rate (the base's own order): the budget, not the objective, in question
+        'teacher_plateau_forward_lr1e-3': ('plateau teacher reward + exact forward KL, lr 1e-3',
+                                           POSITIVE + ['--grpo_reward=teacher',
+                                                       f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
+                                                       '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
+                                                       '--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward',
+                                                       '--grpo_learning_rate=1e-3']),
         'known_words': ('exact reward: share of train-split words (beta 0.04)',
                         POSITIVE + ['--grpo_reward=known_words']),
         'known_words_beta0.2': ('exact reward, beta 0.2', POSITIVE + ['--grpo_reward=known_words', '--grpo_beta=0.2']),
@@ -123,18 +160,19 @@ def arms(run):
     }
 
 
-def make_teacher(run):
-    """The teacher arm's teacher, once per run: base v1 trained TEACHER_ITERS iterations more, on the run's data and
-    batch, at a tenth of the base's learning rate held, keeping its last checkpoint (train.py; its cost is its own,
-    not the arm's)."""
-    path = teacher_path(run)
+def make_teacher(run, name):
+    """A teacher of the teacher arms, once per run (and the teachers it starts from), on the run's data and batch
+    (train.py; its cost is its own, not the arm's)."""
+    path = teacher_path(run, name)
     if os.path.exists(path):
         return
-    work, C = path + '.partial', SimpleNamespace(**load_json(os.path.join(run, 'config.json')))
+    C = SimpleNamespace(**load_json(os.path.join(run, 'config.json')))
+    start, options = teachers(C)[name]
+    if start.startswith('teacher_'):
+        make_teacher(run, start[:-3])
+    work = path + '.partial'
     subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), *base_train_args(C, data_path(C.dataset)),
-                    f'--init_from={os.path.join(run, "base_model_v1.pt")}', f'--out_dir={work}',
-                    f'--max_iters={TEACHER_ITERS}', '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}',
-                    '--warmup_iters=0', '--eval_interval=500', '--always_save_checkpoint=True'], check=True)
+                    f'--init_from={os.path.join(run, start)}', f'--out_dir={work}', *options], check=True)
     os.replace(os.path.join(work, 'ckpt.pt'), path)
     shutil.rmtree(work)
 
@@ -287,10 +325,10 @@ def main():
     if unknown:
         sys.exit(f"error: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(table)}")
     rows, results, outs = [], {}, []
-    if 'teacher' in chosen:
+    for arm in (arm for arm in chosen if arm.startswith('teacher')):
         if not run:
-            sys.exit("error: the teacher arm's teacher is trained from a finished run's base v1: pass --run")
-        make_teacher(run)
+            sys.exit("error: the teacher arms' teachers are trained from a finished run's base v1: pass --run")
+        make_teacher(run, 'teacher_plateau' if 'plateau' in arm else 'teacher_2500')
     for arm in chosen:
         for seed in [int(s) for s in a.seeds.split(',')]:
             name, overrides = table[arm]

@@ -30,16 +30,77 @@ def make_text(n_chars=40000, seed=0):
 
 
 def run_script(*args, env=None, timeout=600, fresh=False):
-    """Run a repository script as a user would; returns the CompletedProcess. A script file with no environment of
-    its own runs in a process forked from this worker's fork server (tests/forkserver.py: the imports every script
-    pays are done once); `-m` runs, runs with their own environment, fresh=True (two runs that must differ in hash
-    seed, as two users' would) and SELFPLAY_TEST_FORK=0 start a fresh interpreter."""
-    forkable = args[0].endswith('.py') and not env and not fresh and fork_server_available()
-    if forkable:
+    """Run a repository script as a user would; returns a CompletedProcess. A script file with no environment of
+    its own runs in a process forked from this worker's fork server on Linux (tests/forkserver.py: the imports every
+    script pays are done once), or, where there is none (macOS; SELFPLAY_TEST_FORK=0), in this process: its
+    main(argv) under run_cli, as `python script.py` runs it (_in_process_run). `-m` runs, runs with their own
+    environment, fresh=True (two runs that must differ in hash seed, as two users' would), scripts outside the
+    repository's root and SELFPLAY_TEST_FORK=subprocess start a fresh interpreter."""
+    own = args[0].endswith('.py') and not env and not fresh
+    if own and fork_server_available():
         return _forked_run(args[0], args[1:], timeout)
+    if own and runs_in_process(args[0]):
+        return _in_process_run(args[0], args[1:])
     full_env = dict(os.environ, **(env or {}))
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=full_env)
+
+
+def runs_in_process(script):
+    """Without the fork server, a root script with main(argv) runs in the test's process
+    (SELFPLAY_TEST_FORK=subprocess: never)."""
+    path = os.path.join(ROOT, script)
+    return (os.environ.get('SELFPLAY_TEST_FORK') != 'subprocess' and os.path.dirname(script) == ''
+            and os.path.isfile(path) and 'run_cli(main)' in open(path).read())
+
+
+def _in_process_run(script, args):
+    """`python script args` in this process: run_cli(main) with that argv from the repository root, its stdout and
+    stderr captured, its exit code from SystemExit (1 and the traceback for an uncaught exception); the script's
+    module is imported afresh, so what a test patched on it earlier is gone. What a run changes is restored after
+    it: argv, working directory, environment, torch threads, the torch, numpy and random generators, the
+    deterministic-algorithms flag, the default dtype and the warning filters."""
+    import contextlib
+    import gc
+    import importlib
+    import io
+    import traceback
+    import warnings
+    import numpy as np
+    import torch
+    from configurator import run_cli
+    saved = (sys.argv, os.getcwd(), dict(os.environ), torch.get_num_threads(), torch.get_rng_state(),
+             np.random.get_state(), random.getstate(), torch.are_deterministic_algorithms_enabled(),
+             torch.get_default_dtype())
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    try:
+        sys.argv = [script, *args]
+        os.chdir(ROOT)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                name = script[:-3]  # the script's module afresh, as a new process has it (not as a test patched it)
+                module = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
+                run_cli(module.main)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (e.code is not None)
+                if isinstance(e.code, str):  # sys.exit('message'): Python prints it and exits 1
+                    print(e.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv, cwd, env, threads, torch_rng, np_rng, py_rng, deterministic, dtype = saved
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_num_threads(threads)
+        torch.set_rng_state(torch_rng)
+        np.random.set_state(np_rng)
+        random.setstate(py_rng)
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_default_dtype(dtype)
+        gc.collect()
+    return subprocess.CompletedProcess([sys.executable, script, *args], int(code), out.getvalue(), err.getvalue())
 
 
 _SERVER = {}
@@ -47,11 +108,11 @@ _SERVER = {}
 
 def fork_server_available():
     """Whether script runs go through the fork server: Linux only (it needs fork after threads have started and
-    AF_UNIX SOCK_SEQPACKET sockets, which macOS lacks), and not switched off (SELFPLAY_TEST_FORK=0). Elsewhere every
-    run is a fresh interpreter: slower, the same results."""
+    AF_UNIX SOCK_SEQPACKET sockets, which macOS lacks), and not switched off (SELFPLAY_TEST_FORK=0 or subprocess).
+    Elsewhere a root script runs in the test's process, anything else in a fresh interpreter: the same results."""
     import socket
     return (sys.platform.startswith('linux') and hasattr(os, 'fork') and hasattr(socket, 'SOCK_SEQPACKET')
-            and os.environ.get('SELFPLAY_TEST_FORK') != '0')
+            and os.environ.get('SELFPLAY_TEST_FORK') not in ('0', 'subprocess'))
 
 
 def _forked_run(script, args, timeout):

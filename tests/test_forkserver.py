@@ -54,21 +54,45 @@ def test_a_forked_run_past_its_timeout_is_killed(script):
         run_script(script, 'sleep', timeout=3)
 
 
-def test_without_the_fork_server_script_runs_are_fresh_interpreters(monkeypatch):
-    """Off Linux (macOS has no SOCK_SEQPACKET on Unix sockets) or with SELFPLAY_TEST_FORK=0, run_script starts a
-    fresh interpreter: the same results, no server."""
+def test_without_the_fork_server_scripts_run_in_process(monkeypatch):
+    """Off Linux (macOS has no SOCK_SEQPACKET on Unix sockets) or with SELFPLAY_TEST_FORK=0, run_script runs a root
+    script's main(argv) in the test's process, anything else in a fresh interpreter: the same results, no server."""
     import sys
     import conftest
     monkeypatch.setattr(sys, 'platform', 'darwin')
     assert not conftest.fork_server_available()
+    monkeypatch.undo()  # (torch's lazy imports branch on sys.platform: the runs below go by the switch instead)
     monkeypatch.setattr(conftest, '_forked_run', lambda *a: pytest.fail('the fork server was used'))
+    monkeypatch.setenv('SELFPLAY_TEST_FORK', '0')
+    assert not conftest.fork_server_available() and conftest.runs_in_process('prepare_reward_data.py')
     r = run_script('-c', 'print(6 * 7)')
     assert r.stdout.strip() == '42'
     r = run_script('prepare_reward_data.py', '--max_blocks', '0', '--model_path', 'missing.pt')
-    assert r.returncode != 0 and 'Traceback' not in r.stderr
-    monkeypatch.undo()
+    assert r.returncode == 2 and r.stderr.startswith('error: ') and 'Traceback' not in r.stderr
+    monkeypatch.setenv('SELFPLAY_TEST_FORK', 'subprocess')
+    assert not conftest.fork_server_available() and not conftest.runs_in_process('prepare_reward_data.py')
+
+
+def test_an_in_process_run_matches_a_fresh_interpreter_and_restores_state(monkeypatch, tmp_path, char_data):
+    """The same training in this process and in a fresh interpreter: the same log and weights; afterwards this
+    process has its generators, threads and working directory back."""
+    import os
+    import torch
+    from conftest import TINY_MODEL
+    from model import load_checkpoint
+    args = [f'--dataset={char_data}', *TINY_MODEL, '--max_iters=6', '--eval_interval=3', '--log_interval=1']
     monkeypatch.setenv('SELFPLAY_TEST_FORK', '0')
-    assert not conftest.fork_server_available()
+    state, threads, cwd = torch.get_rng_state(), torch.get_num_threads(), os.getcwd()
+    inside = run_script('train.py', *args, f'--out_dir={tmp_path / "inside"}', '--seed=7')
+    assert torch.equal(torch.get_rng_state(), state) and torch.get_num_threads() == threads and os.getcwd() == cwd
+    monkeypatch.setenv('SELFPLAY_TEST_FORK', 'subprocess')
+    outside = run_script('train.py', *args, f'--out_dir={tmp_path / "outside"}', '--seed=7')
+    assert inside.returncode == outside.returncode == 0, inside.stderr + outside.stderr
+    logged = [[line.split(', time')[0] for line in r.stdout.splitlines() if line.startswith(('iter', 'step'))]
+              for r in (inside, outside)]
+    assert logged[0] == logged[1] and len(logged[0]) == 9
+    a, b = (load_checkpoint(str(tmp_path / d / 'ckpt.pt'))['model'] for d in ('inside', 'outside'))
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_script_test_module_passes_without_the_fork_server(tmp_path):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import run_script, spawn_two_ranks
-from model import GPT, load_checkpoint
-from policy import completion_mask, sample_prompts
+from model import GPT, GPTConfig, load_checkpoint
+from policy import completion_mask, sample_prompts, token_logprobs
 from train_grpo import group_advantages, grpo_loss, token_advantages_of
 
 
@@ -744,6 +744,39 @@ def test_the_teacher_reward_pulls_the_policy_toward_the_teacher(judge_case, char
     assert all(abs(h['reward']) < 1e-5 and h['frac_reward_zero_std'] == 1 for h in same['history'])
 
 
+def test_the_exact_single_step_term_pulls_the_policy_toward_the_teacher(judge_case, char_ckpt):
+    """MiniLLM's single-step term (teacher_kl_weight): the exact reverse KL to the teacher over the vocabulary, logged
+    per step, falls, and val perplexity with it; the judge-off control of the same run gets none of it."""
+    d = judge_case
+    args = ('--reward=teacher', f'--teacher_path={char_ckpt}', '--token_advantages=True', '--teacher_kl_weight=1.0',
+            '--max_steps=12')
+    m = positive_control_run(d, 'exact.pt', d / 'gen' / 'ckpt.pt', *args)
+    kls = [h['teacher_kl'] for h in m['history']]
+    assert np.mean(kls[-3:]) < 0.8 * np.mean(kls[:3]) and m['final_val_ppl'] < m['val_ppl_start'], kls
+    off = positive_control_run(d, 'exact_off.pt', d / 'gen' / 'ckpt.pt', *args, '--judge_off=True')
+    assert all(h['teacher_kl'] is None for h in off['history'])
+
+
+def test_token_logprobs_exact_kl_matches_its_definition():
+    """kl_to: each position's KL(model || other) summed over the vocabulary, with the gradient of that sum; with
+    kl_forward, KL(other || model)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=2, n_embd=16))
+    seqs = torch.randint(11, (3, 9))
+    other = torch.log_softmax(torch.randn(3, 8, 11), dim=-1)
+    logps, _, kl = token_logprobs(model, seqs, 0.7, chunk=2, kl_to=other)
+    log_p = torch.log_softmax(model(seqs[:, :-1], all_logits=True)[0] / 0.7, dim=-1)
+    expected = (log_p.exp() * (log_p - other)).sum(-1)
+    torch.testing.assert_close(kl, expected)
+    torch.testing.assert_close(logps, log_p.gather(-1, seqs[:, 1:, None]).squeeze(-1))
+    grad, = torch.autograd.grad(kl.sum(), model.lm_head.weight)
+    expected_grad, = torch.autograd.grad(expected.sum(), model.lm_head.weight)
+    torch.testing.assert_close(grad, expected_grad)
+    assert (kl > 0).all() and token_logprobs(model, seqs, 0.7, kl_to=log_p.detach())[2].abs().max() < 1e-5
+    forward = token_logprobs(model, seqs, 0.7, chunk=2, kl_to=other, kl_forward=True)[2]
+    torch.testing.assert_close(forward, (other.exp() * (other - log_p)).sum(-1))
+
+
 def test_the_known_word_reward_raises_the_share_of_known_words(judge_case, char_ckpt):
     m = positive_control_run(judge_case, 'words.pt', char_ckpt, '--reward=known_words')
     rewards = [h['reward'] for h in m['history']]
@@ -753,6 +786,8 @@ def test_the_known_word_reward_raises_the_share_of_known_words(judge_case, char_
 
 @pytest.mark.parametrize('args, message', [
     (['--reward=teacher'], 'needs --teacher_path'),
+    (['--teacher_kl_weight=1'], 'needs --reward=teacher'),
+    (['--teacher_kl=both'], "teacher_kl must be 'reverse' or 'forward'"),
     (['--reward=known_words', '--token_advantages=True'], 'drop --token_advantages'),
     (['--reward=known_words', '--judge_update_interval=1'], 'it stays frozen'),
     (['--reward=exact'], "reward must be 'judge'")])

@@ -36,9 +36,13 @@ def test_training_lowers_val_loss_and_is_deterministic(tmp_path, char_data):
 
 def test_early_stopping_triggers_and_state_is_saved(tmp_path, char_data):
     out = tmp_path / 'es'
-    r = train_tiny(char_data, str(out), '--max_iters=200', '--eval_interval=5', '--patience=2', '--min_delta=100.0')
+    r = train_tiny(char_data, str(out), '--max_iters=200', '--eval_interval=5', '--patience=2', '--min_delta=100.0',
+                   '--ppl_every_eval=False')
     assert 'early stopping' in r.stdout
     assert 'step 10:' in r.stdout and 'step 15:' not in r.stdout  # the first eval sets the best, 2 more fail
+    # without ppl_every_eval the perplexity is computed once, at the evaluation that ends the run
+    steps = [line for line in r.stdout.splitlines() if line.startswith('step ')]
+    assert ['val ppl' in line for line in steps] == [False, False, True] and 'final:' in r.stdout
     ckpt = load_checkpoint(str(out / 'ckpt.pt'))
     assert ckpt['early_stopping']['bad_evals'] == 2
 

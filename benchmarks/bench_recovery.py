@@ -1,0 +1,171 @@
+"""
+How much of a right reward's movement each learned judge recovers, at equal steps and settings.
+
+On a finished positive-controls run (bench_arms.py with --run RUN --out ARMS and the teacher, exact-reward arms),
+the learned judges play base v1 through train_grpo.py at the positive controls' GRPO settings (200 steps of 8 prompts
+x 8 completions, lr 1e-4, beta 0.04, group scaling, the cycle's seed): the run's frozen judge, the same judge
+co-trained online (its head, every step) and the n-gram judge refit online. Every policy, those and the arms' own
+(teacher, exact reward, judge-off), is then read by one referee of naturalness that none of them is: the teacher. On
+each policy's own continuations of fixed val prompts it measures, exactly over the vocabulary, the per-token reverse
+KL(policy || teacher) and KL(policy || base v1) (how far the policy moved). A policy's movement is the fall of its
+reverse KL to the teacher from base v1's; its recovery is that fall over the teacher arm's.
+
+  python benchmarks/bench_recovery.py --run runs/arms_positive/known_words --arms runs/arms_positive \
+      [--teacher teacher_plateau] [--reference_arm teacher_plateau_forward] [--png docs/img/recovery.png]
+
+Prints a table (per policy: its own reward first 10 -> last 10 steps, KL to base v1, reverse KL to the teacher, the
+fall with its 95% bootstrap interval, the recovery) and draws the fall against the KL.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from data_loader import data_path  # noqa: E402
+from model import GPT  # noqa: E402
+from policy import token_logprobs  # noqa: E402
+from run_cycles import DEFAULTS, _plt, first_last, grpo_cmd, load_json  # noqa: E402
+from two_sample import eval_windows  # noqa: E402
+
+# the positive controls' GRPO (bench_arms.POSITIVE), as run_cycles' settings, with the run's judge as the reward
+# whatever arm the run itself played
+POSITIVE = dict(grpo_max_steps=200, grpo_learning_rate=1e-4, grpo_beta=0.04, grpo_scale_rewards='group',
+                grpo_eval_interval=50, grpo_token_advantages=False, grpo_nll_weight=0.0, grpo_reward='judge',
+                grpo_teacher_path='', grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0)
+# the learned judges, as bench_arms' arms set them
+JUDGES = {
+    'frozen judge (the cycle\'s)': {},
+    'judge co-trained online (head)': dict(grpo_judge_update_interval=1),
+    'n-gram judge refit online': dict(grpo_judge='ngram', grpo_judge_update_interval=1, grpo_judge_warmup_steps=20,
+                                      grpo_judge_natural_windows=64, grpo_judge_replay=15),
+}
+# the arms' own policies: label -> (the arm's folder, its checkpoint, its GRPO log)
+ARMS = {
+    'teacher reward, plateau teacher + exact forward KL, lr 1e-3': ('teacher_plateau_forward_lr1e-3',
+                                                                     'base_model_v2.pt', 'grpo_v1_log.jsonl'),
+    'teacher reward, plateau teacher + exact forward KL': ('teacher_plateau_forward', 'base_model_v2.pt',
+                                                           'grpo_v1_log.jsonl'),
+    'teacher reward, plateau teacher + exact reverse KL': ('teacher_plateau_exact', 'base_model_v2.pt',
+                                                           'grpo_v1_log.jsonl'),
+    'teacher reward, 2,500-iteration teacher, sampled': ('teacher', 'base_model_v2.pt', 'grpo_v1_log.jsonl'),
+    'exact reward (known words), beta 0.04': ('known_words', 'base_model_v2.pt', 'grpo_v1_log.jsonl'),
+    'exact reward (known words), beta 1': ('known_words_beta1', 'base_model_v2.pt', 'grpo_v1_log.jsonl'),
+    'judge off': ('known_words', 'judgeoff_v2.pt', 'judgeoff_v1_log.jsonl'),
+}
+SAMPLES, PROMPT, NEW_TOKENS, BOOT = 512, 8, 120, 1000
+
+
+def train_judge_arm(run, C, name, overrides, out, reward_model):
+    """GRPO of base v1 against a learned judge (reward_model; the n-gram judge needs none) at the positive controls'
+    settings; returns (checkpoint, log)."""
+    path = os.path.join(out, name.split(' (')[0].replace(' ', '_').replace("'", '') + '.pt')
+    log = path[:-3] + '_log.jsonl'
+    if not os.path.exists(path):
+        A = SimpleNamespace(**{**DEFAULTS, **vars(C), **POSITIVE, **overrides})  # (keys newer than the run too)
+        cmd = grpo_cmd(A, os.path.join(run, 'base_model_v1.pt'), reward_model, data_path(C.dataset), path, C.seed + 1)
+        subprocess.run([sys.executable, *cmd], check=True)
+    return path, log
+
+
+def read_policy(path, teacher, base, prompts, seed):
+    """Per sample, the mean over its completion of the exact KL(policy || teacher), KL(policy || base v1) and
+    KL(teacher || policy), on the policy's own continuations of the prompts (temperature 1)."""
+    policy = GPT.from_checkpoint(path).eval()
+    with torch.no_grad():
+        seqs = policy.generate(prompts, NEW_TOKENS, 1.0, None, generator=torch.Generator().manual_seed(seed))
+        figures = []
+        for other, forward in ((teacher, False), (base, False), (teacher, True)):
+            logp = torch.log_softmax(other(seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
+            kl = token_logprobs(policy, seqs, 1.0, kl_to=logp, kl_forward=forward)[2][:, PROMPT - 1:]
+            figures.append(kl.mean(1).numpy())
+    return figures
+
+
+def own_reward(log_path):
+    """The policy's own reward, 'first 10 → last 10' GRPO steps ('–' for base v1 or a missing log)."""
+    history = [json.loads(line) for line in open(log_path)] if log_path and os.path.exists(log_path) else []
+    return first_last([h for h in history if 'reward' in h], 'reward')
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    p.add_argument('--run', required=True, help="the run the arms copied (base v1, its judge, the teachers)")
+    p.add_argument('--arms', required=True, help="bench_arms.py's --out folder holding the arms")
+    p.add_argument('--teacher', default='teacher_plateau', help="the teacher that reads every policy")
+    p.add_argument('--reference_arm', default='teacher_plateau_forward',
+                   help="the arm whose movement is 100%%")
+    p.add_argument('--reward_model', default='', help="the learned judge the frozen and co-trained arms play "
+                   "(default: RUN/reward_model_v1.pt; it must see: its sight is logged as judge_sight)")
+    p.add_argument('--out', default='', help="where the judge arms are trained (default: ARMS/recovery)")
+    p.add_argument('--png', default='', help="the plot (default: OUT/recovery.png)")
+    p.add_argument('--seed', type=int, default=1337)
+    a = p.parse_args()
+    out = a.out or os.path.join(a.arms, 'recovery')
+    os.makedirs(out, exist_ok=True)
+    C = SimpleNamespace(**load_json(os.path.join(a.run, 'config.json')))
+    teacher_path = os.path.join(a.run, f'{a.teacher}.pt')
+    if not os.path.exists(teacher_path):
+        sys.exit(f"error: {teacher_path} not found: run bench_arms.py --run {a.run} with a {a.teacher} arm first")
+    policies = {'base v1': (os.path.join(a.run, 'base_model_v1.pt'), None)}
+    reference = None
+    for label, (arm, ckpt, log) in ARMS.items():
+        if os.path.exists(os.path.join(a.arms, arm, ckpt)):
+            policies[label] = (os.path.join(a.arms, arm, ckpt), os.path.join(a.arms, arm, log))
+            reference = label if arm == a.reference_arm else reference
+        else:
+            print(f"skipped {label}: {os.path.join(a.arms, arm, ckpt)} not found", flush=True)
+    if reference is None:
+        sys.exit(f"error: the reference arm {a.reference_arm} has no policy under {a.arms}: run it with bench_arms.py")
+    for label, overrides in JUDGES.items():
+        policies[label] = train_judge_arm(a.run, C, label, overrides, out,
+                                          a.reward_model or os.path.join(a.run, 'reward_model_v1.pt'))
+
+    teacher, base = GPT.from_checkpoint(teacher_path).eval(), GPT.from_checkpoint(policies['base v1'][0]).eval()
+    val = np.memmap(os.path.join(data_path(C.dataset), 'val.bin'), dtype=np.uint16, mode='r')
+    prompts = eval_windows(val, SAMPLES, PROMPT, a.seed)[1]
+    rng = np.random.default_rng(a.seed)
+    reads = {label: read_policy(path, teacher, base, prompts, a.seed) for label, (path, _) in policies.items()}
+    # bootstrap the fall of the reverse KL from base v1's, each policy's samples resampled on their own
+    boot = {label: np.array([rng.choice(to_teacher, len(to_teacher)).mean() for _ in range(BOOT)])
+            for label, (to_teacher, _, _) in reads.items()}
+    falls = {label: boot['base v1'] - boot[label] for label in reads}
+    ref_fall = reads['base v1'][0].mean() - reads[reference][0].mean()
+    rows, points = [], []
+    print('\n| policy | own reward, first 10 → last 10 steps | KL to base v1 (nats/token) | forward KL from the '
+          'teacher | reverse KL to the teacher | its fall from base v1 (95% interval) | recovery of the teacher '
+          'arm\'s fall (95% interval) |')
+    print('|---|---|---|---|---|---|---|')
+    for label, (to_teacher, to_base, from_teacher) in reads.items():
+        fall = reads['base v1'][0].mean() - to_teacher.mean()
+        ci = np.percentile(falls[label], [2.5, 97.5])
+        rec = np.percentile(falls[label] / falls[reference], [2.5, 97.5])
+        rows.append(f"| {label} | {own_reward(policies[label][1])} | {to_base.mean():.4f} | "
+                    f"{from_teacher.mean():.4f} | {to_teacher.mean():.4f} | {fall:+.4f} "
+                    f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {fall / ref_fall:.0%} [{rec[0]:.0%}, {rec[1]:.0%}] |")
+        points.append((label, to_base.mean(), fall, ci))
+    print('\n'.join(rows))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for (label, kl, fall, ci), color in zip(points, plt.cm.tab20.colors):
+        ax.errorbar(kl, fall, yerr=[[fall - ci[0]], [ci[1] - fall]], fmt='o', capsize=3, label=label, color=color)
+    ax.axhline(0, color='grey', lw=0.5)
+    ax.set_xlabel('KL(policy || base v1), nats/token, on its own samples')
+    ax.set_ylabel(f'fall of reverse KL to the teacher ({a.teacher}), nats/token')
+    ax.set_title('Movement toward a better model: right rewards, learned judges, judge off')
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    png = a.png or os.path.join(out, 'recovery.png')
+    fig.savefig(png + '.partial.png', dpi=120)
+    os.replace(png + '.partial.png', png)
+    print(f"\nplot: {png}")
+
+
+if __name__ == '__main__':
+    main()
