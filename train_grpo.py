@@ -72,9 +72,10 @@ judge = 'model'
 reward = 'judge'
 teacher_path = ''
 # reward='teacher' with token_advantages: MiniLLM's single-step decomposition. > 0: each completion position's own
-# term, the reverse KL(policy || teacher) over the whole vocabulary, is minimised exactly with this weight (its
-# gradient, no sampling noise), and a token's advantage credits only the log-ratios after it (0: the sampled reward's
-# per-token credit alone). It holds the teacher's next-token log-probs (B, T, V) for a step: char-sized vocabularies
+# term, the KL between the policy's and the teacher's next-token laws (teacher_kl: which way round), is minimised
+# exactly over the whole vocabulary with this weight (its gradient, no sampling noise), and a token's advantage credits
+# only the log-ratios after it (0: the sampled reward's per-token credit alone). It holds the teacher's next-token
+# log-probs (B, T, V) for a step: char-sized vocabularies
 teacher_kl_weight = 0.0
 # the exact term's direction: 'reverse', KL(policy || teacher) (MiniLLM; mode-seeking), or 'forward', KL(teacher ||
 # policy) on the policy's own prefixes (GKD's on-policy distillation; it keeps the teacher's spread)

@@ -32,22 +32,22 @@ def timed(arms, concurrent):
     env = dict(os.environ, OMP_NUM_THREADS='1') if concurrent else None
     results = {}
     for batch in ([list(arms)] if concurrent else [[name] for name in arms]):
-        t0, procs = time.perf_counter(), {}
-        for name in batch:
+        t0, procs, ends = time.perf_counter(), {}, {}
+        for name in batch:  # output to files: a pipe nobody reads fills up and stops a process that logs each step
             cmd, cwd = arms[name]
-            procs[name] = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True)
-        ends = {}
+            out, err = tempfile.TemporaryFile('w+'), tempfile.TemporaryFile('w+')
+            procs[name] = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, text=True), out, err
         while len(ends) < len(procs):  # each process's own end time
-            for name, proc in procs.items():
+            for name, (proc, _, _) in procs.items():
                 if name not in ends and proc.poll() is not None:
                     ends[name] = time.perf_counter() - t0
             time.sleep(0.05)
-        for name, proc in procs.items():
-            out, err = proc.communicate()
+        for name, (proc, out, err) in procs.items():
+            out.seek(0), err.seek(0)
             if proc.returncode != 0:
-                sys.exit(f"error: {' '.join(arms[name][0])} failed:\n{err[-2000:]}")
-            results[name] = ends[name], float(re.findall(r"step 2000: train loss [\d.]+, val loss ([\d.]+)", out)[-1])
+                sys.exit(f"error: {' '.join(arms[name][0])} failed:\n{err.read()[-2000:]}")
+            loss = re.findall(r"step 2000: train loss [\d.]+, val loss ([\d.]+)", out.read())[-1]
+            results[name] = ends[name], float(loss)
     return results
 
 
