@@ -68,7 +68,8 @@ min_delta = 0.0
 select_tokens = 0
 # held-out perplexity over the whole val split (or its first ppl_max_tokens tokens)
 ppl_max_tokens = 0  # 0: the whole split
-ppl_every_eval = True  # False: only at the evaluation that ends the run (on nanoGPT's CPU recipe each costs ~1.5 s)
+# when: 'every_eval', 'end' (only at the evaluation that ends the run) or 'off' (as nanoGPT; eval_only still reports it)
+val_ppl = 'every_eval'  # on nanoGPT's CPU recipe the whole split costs ~1.5 s on 2 threads, ~3.3 s on one
 # system
 backend = 'auto'  # DDP backend: 'auto' = nccl on CUDA, gloo on CPU
 device = 'auto'  # 'auto', 'cpu', 'cuda', 'cuda:1', ...
@@ -77,6 +78,7 @@ compile = True  # torch.compile, on CUDA only
 seed = 1337
 # -----------------------------------------------------------------------------
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
+VAL_PPL_WHEN = ('every_eval', 'end', 'off')
 
 
 def is_pretrained(init_from):
@@ -136,6 +138,8 @@ def main(argv):
     if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
         raise UserError(f"init_from must be 'scratch', 'resume', a checkpoint path, one of {', '.join(GPT2_NAMES)} or "
                         f"a Hugging Face model directory; {C.init_from!r} is none of them")
+    if C.val_ppl not in VAL_PPL_WHEN:
+        raise UserError(f"--val_ppl={C.val_ppl!r} is not one of {', '.join(VAL_PPL_WHEN)}")
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     if C.gradient_accumulation_steps % rt.world_size:
         rt.close()
@@ -162,9 +166,10 @@ def main(argv):
                          mode='r')
         if C.select_tokens:  # train and select are the two ends of train.bin
             data = data[n_train - C.select_tokens:] if split == 'select' else data[:n_train - C.select_tokens]
-        ix = torch.randint(len(data) - C.block_size, (C.batch_size,))
-        x = torch.stack([torch.from_numpy(data[i:i + C.block_size].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + C.block_size].astype(np.int64)) for i in ix])
+        ix = torch.randint(len(data) - C.block_size, (C.batch_size,)).numpy()
+        # one gather for the whole batch (nanoGPT stacks 2 x batch_size slices: 0.3 ms against 0.12 ms a batch)
+        windows = torch.from_numpy(data[ix[:, None] + np.arange(C.block_size + 1)].astype(np.int64))
+        x, y = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
         if rt.device_type == 'cuda':
             return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
         return x.to(rt.device), y.to(rt.device)
@@ -243,7 +248,7 @@ def main(argv):
             losses = estimate_loss()
             stopper.step(losses[select_split])
             ending = stopper.should_stop or iter_num >= C.max_iters
-            ppl = {'ppl': val_perplexity()} if C.ppl_every_eval or ending else {}
+            ppl = {'ppl': val_perplexity()} if C.val_ppl == 'every_eval' or C.val_ppl == 'end' and ending else {}
             last = dict(losses, **ppl, iter=iter_num)
             tqdm.write(f"step {iter_num}: {loss_line(losses)}" + (f", val ppl {ppl['ppl']:.3f}" if ppl else ''))
             tracker.log(dict({f'{k}_loss': v for k, v in losses.items()}, **{f'val_{k}': v for k, v in ppl.items()},
@@ -296,7 +301,8 @@ def main(argv):
         print(f"done: {trained} iterations in {elapsed:.1f}s ({trained * tokens_per_iter / max(elapsed, 1e-9):,.0f} "
               f"tok/s incl. evaluation); stopped by {stop_reason}")
         if last:
-            print(f"final: {loss_line(last)}, val ppl {last['ppl']:.3f}; "
+            ppl = f", val ppl {last['ppl']:.3f}" if 'ppl' in last else ''
+            print(f"final: {loss_line(last)}{ppl}; "
                   f"best {select_split} loss {best_val_loss:.4f}; checkpoint {os.path.join(C.out_dir, 'ckpt.pt')}")
     tracker.close()
     rt.close()

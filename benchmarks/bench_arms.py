@@ -94,6 +94,11 @@ def arms(run):
     # model as the run it copies trained it, read on the new version as a GPT judge that did not play
     ngram = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_warmup_steps=20',
              '--grpo_judge_natural_windows=64', '--grpo_judge_replay=15']
+    # the teacher arms on the plateau teacher, per-token credit (a later --key=value overrides an earlier one)
+    plateau = POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
+                          '--grpo_token_advantages=True', '--grpo_token_discount=1.0']
+    forward = plateau + ['--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward']
+    forward_w10 = forward + ['--grpo_teacher_kl_weight=10.0', '--grpo_learning_rate=3e-4']
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
@@ -133,24 +138,20 @@ def arms(run):
                                       '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
                                       '--grpo_teacher_kl_weight=1.0']),
         'teacher_plateau_exact': ('plateau teacher reward + exact single-step KL',
-                                  POSITIVE + ['--grpo_reward=teacher',
-                                              f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
-                                              '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
-                                              '--grpo_teacher_kl_weight=1.0']),
+                                  plateau + ['--grpo_teacher_kl_weight=1.0']),
         # the exact term the other way round, KL(teacher || policy) on the policy's prefixes (GKD): it keeps the
         # teacher's spread where the reverse KL seeks its modes
-        'teacher_plateau_forward': ('plateau teacher reward + exact forward KL (GKD)',
-                                    POSITIVE + ['--grpo_reward=teacher',
-                                                f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
-                                                '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
-                                                '--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward']),
+        'teacher_plateau_forward': ('plateau teacher reward + exact forward KL (GKD)', forward),
         # the same at ten times the learning rate (the base's own order): the budget, not the objective, in question
         'teacher_plateau_forward_lr1e-3': ('plateau teacher reward + exact forward KL, lr 1e-3',
-                                           POSITIVE + ['--grpo_reward=teacher',
-                                                       f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
-                                                       '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
-                                                       '--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward',
-                                                       '--grpo_learning_rate=1e-3']),
+                                           forward + ['--grpo_learning_rate=1e-3']),
+        # the exact term ten times the sampled reward's weight (Adam keeps the step ~lr, so this turns the update's
+        # direction towards the distillation gradient, less the sequence-level noise) at three times the rate: at lr
+        # 1e-3 the mixed update first moved away from the teacher (forward KL 0.29 -> 0.35 in 25 steps)
+        'teacher_plateau_forward_w10': ('plateau teacher reward + exact forward KL x10, lr 3e-4', forward_w10),
+        # the budget: the same at three times the steps (its judge-off control runs as long)
+        'teacher_plateau_forward_w10_600': ('plateau teacher reward + exact forward KL x10, lr 3e-4, 600 steps',
+                                            forward_w10 + ['--grpo_max_steps=600']),
         'known_words': ('exact reward: share of train-split words (beta 0.04)',
                         POSITIVE + ['--grpo_reward=known_words']),
         'known_words_beta0.2': ('exact reward, beta 0.2', POSITIVE + ['--grpo_reward=known_words', '--grpo_beta=0.2']),

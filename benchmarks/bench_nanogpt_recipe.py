@@ -5,7 +5,7 @@ alternated `--repeats` times, the ratio of their medians, and the val loss each 
 machine's speed drifts by ±10% between minutes; --concurrent runs the two at the same time instead, one thread and
 one core each, so that the drift hits both alike and their ratio is what stays.
   python benchmarks/bench_nanogpt_recipe.py [--text path/to/tinyshakespeare.txt] [--nanogpt path/to/nanoGPT]
-                                            [--repeats 3] [--concurrent]
+                                            [--repeats 3] [--concurrent] [--val_ppl off|end|every_eval]
 The text defaults to ../shared/data/tinyshakespeare.txt (any copy of tiny-shakespeare works). nanoGPT is not
 installable from a package registry: clone it (git clone https://github.com/karpathy/nanoGPT) and pass its folder.
 """
@@ -57,6 +57,8 @@ def main():
     ap.add_argument('--nanogpt', default='', help="a checkout of karpathy/nanoGPT, to run side by side")
     ap.add_argument('--repeats', type=int, default=3)
     ap.add_argument('--concurrent', action='store_true', help="run the two at once, one thread each")
+    ap.add_argument('--val_ppl', default='off', choices=('every_eval', 'end', 'off'),
+                    help="train.py's whole-split val perplexity (nanoGPT computes none; the config's default: off)")
     a = ap.parse_args()
     if not os.path.isfile(a.text):
         sys.exit(f"error: {a.text} not found: pass --text with the path of a tiny-shakespeare text file")
@@ -69,7 +71,7 @@ def main():
         prepare_dataset('char', data_dir, a.text)
         ours = [sys.executable, os.path.join(ROOT, 'train.py'),
                 os.path.join(ROOT, 'config', 'train_tinyshakespeare_cpu_recipe.py'),
-                f'--dataset={data_dir}', f'--out_dir={tmp}/out_ours']
+                f'--dataset={data_dir}', f'--out_dir={tmp}/out_ours', f'--val_ppl={a.val_ppl}']
         arms = {'train.py': (ours, ROOT)}
         if a.nanogpt:
             for f in ('train.py', 'model.py', 'configurator.py', 'config'):

@@ -11,7 +11,7 @@ KL(policy || teacher) and KL(policy || base v1) (how far the policy moved). A po
 reverse KL to the teacher from base v1's; its recovery is that fall over the teacher arm's.
 
   python benchmarks/bench_recovery.py --run runs/arms_positive/known_words --arms runs/arms_positive \
-      [--teacher teacher_plateau] [--reference_arm teacher_plateau_forward] [--png docs/img/recovery.png]
+      [--teacher teacher_plateau] [--reference_arm teacher_plateau_forward_w10] [--png docs/img/recovery.png]
 
 Prints a table (per policy: its own reward first 10 -> last 10 steps, KL to base v1, reverse KL to the teacher, the
 fall with its 95% bootstrap interval, the recovery) and draws the fall against the KL.
@@ -50,6 +50,8 @@ JUDGES = {
 ARMS = {
     'teacher reward, plateau teacher + exact forward KL, lr 1e-3': ('teacher_plateau_forward_lr1e-3',
                                                                      'base_model_v2.pt', 'grpo_v1_log.jsonl'),
+    'teacher reward, plateau teacher + exact forward KL x10, lr 3e-4': ('teacher_plateau_forward_w10',
+                                                                        'base_model_v2.pt', 'grpo_v1_log.jsonl'),
     'teacher reward, plateau teacher + exact forward KL': ('teacher_plateau_forward', 'base_model_v2.pt',
                                                            'grpo_v1_log.jsonl'),
     'teacher reward, plateau teacher + exact reverse KL': ('teacher_plateau_exact', 'base_model_v2.pt',
@@ -99,7 +101,7 @@ def main():
     p.add_argument('--run', required=True, help="the run the arms copied (base v1, its judge, the teachers)")
     p.add_argument('--arms', required=True, help="bench_arms.py's --out folder holding the arms")
     p.add_argument('--teacher', default='teacher_plateau', help="the teacher that reads every policy")
-    p.add_argument('--reference_arm', default='teacher_plateau_forward',
+    p.add_argument('--reference_arm', default='teacher_plateau_forward_w10',
                    help="the arm whose movement is 100%%")
     p.add_argument('--reward_model', default='', help="the learned judge the frozen and co-trained arms play "
                    "(default: RUN/reward_model_v1.pt; it must see: its sight is logged as judge_sight)")
@@ -156,10 +158,13 @@ def main():
     for (label, kl, fall, ci), color in zip(points, plt.cm.tab20.colors):
         ax.errorbar(kl, fall, yerr=[[fall - ci[0]], [ci[1] - fall]], fmt='o', capsize=3, label=label, color=color)
     ax.axhline(0, color='grey', lw=0.5)
+    # symmetric log axes: a judge played to a hack moves the policy 30 times as far as the right rewards do
+    ax.set_xscale('symlog', linthresh=0.01)
+    ax.set_yscale('symlog', linthresh=0.01)
     ax.set_xlabel('KL(policy || base v1), nats/token, on its own samples')
     ax.set_ylabel(f'fall of reverse KL to the teacher ({a.teacher}), nats/token')
     ax.set_title('Movement toward a better model: right rewards, learned judges, judge off')
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc='lower left')
     fig.tight_layout()
     png = a.png or os.path.join(out, 'recovery.png')
     fig.savefig(png + '.partial.png', dpi=120)

@@ -37,14 +37,22 @@ def test_training_lowers_val_loss_and_is_deterministic(tmp_path, char_data):
 def test_early_stopping_triggers_and_state_is_saved(tmp_path, char_data):
     out = tmp_path / 'es'
     r = train_tiny(char_data, str(out), '--max_iters=200', '--eval_interval=5', '--patience=2', '--min_delta=100.0',
-                   '--ppl_every_eval=False')
+                   '--val_ppl=end')
     assert 'early stopping' in r.stdout
     assert 'step 10:' in r.stdout and 'step 15:' not in r.stdout  # the first eval sets the best, 2 more fail
-    # without ppl_every_eval the perplexity is computed once, at the evaluation that ends the run
+    # with val_ppl=end the perplexity is computed once, at the evaluation that ends the run
     steps = [line for line in r.stdout.splitlines() if line.startswith('step ')]
     assert ['val ppl' in line for line in steps] == [False, False, True] and 'final:' in r.stdout
     ckpt = load_checkpoint(str(out / 'ckpt.pt'))
     assert ckpt['early_stopping']['bad_evals'] == 2
+
+
+def test_val_ppl_off_reports_none_and_a_bad_value_is_named(tmp_path, char_data):
+    r = train_tiny(char_data, str(tmp_path / 'off'), '--max_iters=10', '--eval_interval=5', '--val_ppl=off')
+    assert 'val ppl' not in r.stdout and 'final: train loss' in r.stdout
+    r = run_script('train.py', f'--dataset={char_data}', f'--out_dir={tmp_path / "bad"}', '--val_ppl=sometimes')
+    assert r.returncode != 0 and "--val_ppl='sometimes' is not one of every_eval, end, off" in r.stderr
+    assert 'Traceback' not in r.stderr and not (tmp_path / 'bad').exists()
 
 
 def test_eval_only_reports_whole_split_perplexity(tmp_path, char_data, char_ckpt):
