@@ -59,6 +59,11 @@ JUDGE_30K = ['--reward_max_blocks=30000', '--reward_eval_interval=200']
 
 # the positive controls' GRPO: the probe's (200 steps of 8 prompts x 8 completions, lr 1e-4, beta 0.04, TRL's group
 # scaling), the judge of the seed frozen and read as an instrument only
+# a judge outside the GPT form, the n-gram referee's own classifier: fitted on 20 warm-up batches, refit every step on
+# the last 16 (1,024 rollouts against 1,152 natural continuations); its arm adds WINDOW_JUDGE, which keeps the cycle's
+# reward model as the run it copies trained it, read on the new version as a GPT judge that did not play
+NGRAM = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_warmup_steps=20',
+         '--grpo_judge_natural_windows=64', '--grpo_judge_replay=15']
 POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_beta=0.04', '--grpo_scale_rewards=group',
             '--grpo_eval_interval=50']
 # the teachers, trained once per run by train.py, their cost their own: name -> (the checkpoint they start from, their
@@ -89,11 +94,6 @@ def arms(run):
     # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
     # 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
     co_trained_slow = co_trained + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
-    # a judge outside the GPT form, the n-gram referee's own classifier: fitted on 20 warm-up batches, refit every
-    # step on the last 16 (1,024 rollouts against 1,152 natural continuations); WINDOW_JUDGE keeps the cycle's reward
-    # model as the run it copies trained it, read on the new version as a GPT judge that did not play
-    ngram = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_warmup_steps=20',
-             '--grpo_judge_natural_windows=64', '--grpo_judge_replay=15']
     # the teacher arms on the plateau teacher, per-token credit (a later --key=value overrides an earlier one)
     plateau = POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
                           '--grpo_token_advantages=True', '--grpo_token_discount=1.0']
@@ -126,7 +126,7 @@ def arms(run):
         'window_online_slow_pure': ('whole-window judge co-trained online at judge lr 3e-5, no real text',
                                     WINDOW_JUDGE + co_trained_slow),
         'ngram_online_pure': ("n-gram judge (the two-sample test's classifier) refit online, no real text",
-                              WINDOW_JUDGE + ngram),
+                              WINDOW_JUDGE + NGRAM),
         # the positive controls: rewards known to be right, through the same GRPO, cycle, controls and referees
         'teacher': ('teacher reward (base v1 + 2,500 iterations; per-token log-ratio, per-token credit)',
                     POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run)}',

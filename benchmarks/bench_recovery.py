@@ -31,20 +31,19 @@ sys.path.insert(0, ROOT)
 from data_loader import data_path  # noqa: E402
 from model import GPT  # noqa: E402
 from policy import token_logprobs  # noqa: E402
+from bench_arms import NGRAM, POSITIVE  # noqa: E402
+from configurator import configure  # noqa: E402
 from run_cycles import DEFAULTS, _plt, first_last, grpo_cmd, load_json  # noqa: E402
 from two_sample import eval_windows  # noqa: E402
 
-# the positive controls' GRPO (bench_arms.POSITIVE), as run_cycles' settings, with the run's judge as the reward
-# whatever arm the run itself played
-POSITIVE = dict(grpo_max_steps=200, grpo_learning_rate=1e-4, grpo_beta=0.04, grpo_scale_rewards='group',
-                grpo_eval_interval=50, grpo_token_advantages=False, grpo_nll_weight=0.0, grpo_reward='judge',
-                grpo_teacher_path='', grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0)
-# the learned judges, as bench_arms' arms set them
+# what the run's own arm set and the judge arms must not inherit: they play the run's judge, frozen, as the reward
+JUDGE_REWARD = dict(grpo_token_advantages=False, grpo_nll_weight=0.0, grpo_reward='judge', grpo_teacher_path='',
+                    grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0)
+# the learned judges, with the arms' own options, at the positive controls' GRPO settings (bench_arms.POSITIVE)
 JUDGES = {
-    'frozen judge (the cycle\'s)': {},
-    'judge co-trained online (head)': dict(grpo_judge_update_interval=1),
-    'n-gram judge refit online': dict(grpo_judge='ngram', grpo_judge_update_interval=1, grpo_judge_warmup_steps=20,
-                                      grpo_judge_natural_windows=64, grpo_judge_replay=15),
+    'frozen judge (the cycle\'s)': [],
+    'judge co-trained online (head)': ['--grpo_judge_update_interval=1'],
+    'n-gram judge refit online': NGRAM,
 }
 # the arms' own policies: label -> (the arm's folder, its checkpoint, its GRPO log)
 ARMS = {
@@ -70,7 +69,7 @@ def train_judge_arm(run, C, name, overrides, out, reward_model):
     path = os.path.join(out, name.split(' (')[0].replace(' ', '_').replace("'", '') + '.pt')
     log = path[:-3] + '_log.jsonl'
     if not os.path.exists(path):
-        A = SimpleNamespace(**{**DEFAULTS, **vars(C), **POSITIVE, **overrides})  # (keys newer than the run too)
+        A = configure({**DEFAULTS, **vars(C), **JUDGE_REWARD}, POSITIVE + overrides)  # (keys newer than the run too)
         cmd = grpo_cmd(A, os.path.join(run, 'base_model_v1.pt'), reward_model, data_path(C.dataset), path, C.seed + 1)
         subprocess.run([sys.executable, *cmd], check=True)
     return path, log
