@@ -3,17 +3,19 @@ How much of a right reward's movement each learned judge recovers, at equal step
 
 On a finished positive-controls run (bench_arms.py with --run RUN --out ARMS and the teacher, exact-reward arms),
 the learned judges play base v1 through train_grpo.py at the positive controls' GRPO settings (200 steps of 8 prompts
-x 8 completions, lr 1e-4, beta 0.04, group scaling, the cycle's seed): the run's frozen judge, the same judge
-co-trained online (its head, every step) and the n-gram judge refit online. Every policy, those and the arms' own
+x 8 completions, lr 1e-4, beta 0.04, group scaling, the cycle's seed): each judge given (default: the run's own),
+frozen and co-trained online (its head, every step), and the n-gram judge refit online. Every policy, those and the arms' own
 (teacher, exact reward, judge-off), is then read by one referee of naturalness that none of them is: the teacher. On
 each policy's own continuations of fixed val prompts it measures, exactly over the vocabulary, the per-token reverse
 KL(policy || teacher) and KL(policy || base v1) (how far the policy moved). A policy's movement is the fall of its
 reverse KL to the teacher from base v1's; its recovery is that fall over the teacher arm's.
 
   python benchmarks/bench_recovery.py --run runs/arms_positive/known_words --arms runs/arms_positive \
+      [--reward_model runs/cycles_shakespeare_char/reward_model_v1.pt,runs/arms_positive/window30k/reward_model_v1.pt]
       [--teacher teacher_plateau] [--reference_arm teacher_plateau_forward_w10] [--png docs/img/recovery.png]
 
-Prints a table (per policy: its own reward first 10 -> last 10 steps, KL to base v1, reverse KL to the teacher, the
+Prints one table (per policy: its own reward and a learned judge's sight on the rollouts, first 10 -> last 10 steps,
+KL to base v1, reverse KL to the teacher, the
 fall with its 95% bootstrap interval, the recovery) and draws the fall against the KL.
 """
 import argparse
@@ -38,13 +40,11 @@ from two_sample import eval_windows  # noqa: E402
 
 # what the run's own arm set and the judge arms must not inherit: they play the run's judge, frozen, as the reward
 JUDGE_REWARD = dict(grpo_token_advantages=False, grpo_nll_weight=0.0, grpo_reward='judge', grpo_teacher_path='',
-                    grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0)
-# the learned judges, with the arms' own options, at the positive controls' GRPO settings (bench_arms.POSITIVE)
-JUDGES = {
-    'frozen judge (the cycle\'s)': [],
-    'judge co-trained online (head)': ['--grpo_judge_update_interval=1'],
-    'n-gram judge refit online': NGRAM,
-}
+                    grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0,
+                    grpo_token_discount=DEFAULTS['grpo_token_discount'], grpo_teacher_kl=DEFAULTS['grpo_teacher_kl'])
+# how each learned judge plays, at the positive controls' GRPO settings (bench_arms.POSITIVE)
+JUDGE_PLAYS = {'frozen': [], 'co-trained online (head)': ['--grpo_judge_update_interval=1']}
+NGRAM_LABEL = 'n-gram judge refit online'  # needs no judge model: played once
 # the arms' own policies: label -> (the arm's folder, its checkpoint, its GRPO log)
 ARMS = {
     'teacher reward, plateau teacher + exact forward KL, lr 1e-3': ('teacher_plateau_forward_lr1e-3',
@@ -63,16 +63,20 @@ ARMS = {
 SAMPLES, PROMPT, NEW_TOKENS, BOOT = 512, 8, 120, 1000
 
 
+def judge_arm_cmd(run, C, overrides, reward_model, path):
+    """train_grpo.py's call for base v1 against a learned judge (reward_model; the n-gram judge needs none) at the
+    positive controls' settings, whatever reward the run's own arm played."""
+    A = configure({**DEFAULTS, **vars(C), **JUDGE_REWARD}, POSITIVE + overrides)  # (keys newer than the run too)
+    return grpo_cmd(A, os.path.join(run, 'base_model_v1.pt'), reward_model, data_path(C.dataset), path, C.seed + 1)
+
+
 def train_judge_arm(run, C, name, overrides, out, reward_model):
-    """GRPO of base v1 against a learned judge (reward_model; the n-gram judge needs none) at the positive controls'
-    settings; returns (checkpoint, log)."""
-    path = os.path.join(out, name.split(' (')[0].replace(' ', '_').replace("'", '') + '.pt')
-    log = path[:-3] + '_log.jsonl'
+    """Trains that arm into OUT/NAME.pt unless it is there; returns (checkpoint, log)."""
+    path = os.path.join(out, name + '.pt')
     if not os.path.exists(path):
-        A = configure({**DEFAULTS, **vars(C), **JUDGE_REWARD}, POSITIVE + overrides)  # (keys newer than the run too)
-        cmd = grpo_cmd(A, os.path.join(run, 'base_model_v1.pt'), reward_model, data_path(C.dataset), path, C.seed + 1)
-        subprocess.run([sys.executable, *cmd], check=True)
-    return path, log
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        subprocess.run([sys.executable, *judge_arm_cmd(run, C, overrides, reward_model, path)], check=True)
+    return path, path[:-3] + '_log.jsonl'
 
 
 def read_policy(path, teacher, base, prompts, seed):
@@ -89,10 +93,20 @@ def read_policy(path, teacher, base, prompts, seed):
     return figures
 
 
-def own_reward(log_path):
-    """The policy's own reward, 'first 10 → last 10' GRPO steps ('–' for base v1 or a missing log)."""
+def own_figures(log_path):
+    """The policy's own reward and its judge's sight on the rollouts, 'first 10 → last 10' GRPO steps ('–' for base
+    v1, a missing log or a figure not logged)."""
     history = [json.loads(line) for line in open(log_path)] if log_path and os.path.exists(log_path) else []
-    return first_last([h for h in history if 'reward' in h], 'reward')
+    steps = [h for h in history if 'reward' in h]
+    return first_last(steps, 'reward'), first_last(steps, 'judge_sight')
+
+
+def judge_names(reward_models):
+    """Each learned judge's name: the folder of its run ('error' when two share one)."""
+    names = [os.path.basename(os.path.dirname(os.path.abspath(path))) for path in reward_models]
+    if len(set(names)) < len(names):
+        sys.exit(f"error: --reward_model judges must come from distinct run folders, got {', '.join(reward_models)}")
+    return names
 
 
 def main():
@@ -102,14 +116,14 @@ def main():
     p.add_argument('--teacher', default='teacher_plateau', help="the teacher that reads every policy")
     p.add_argument('--reference_arm', default='teacher_plateau_forward_w10',
                    help="the arm whose movement is 100%%")
-    p.add_argument('--reward_model', default='', help="the learned judge the frozen and co-trained arms play "
-                   "(default: RUN/reward_model_v1.pt; it must see: its sight is logged as judge_sight)")
+    p.add_argument('--reward_model', default='', help="the learned judge(s), comma-separated, each played frozen and "
+                   "co-trained into OUT/<its run folder>/ (default: RUN/reward_model_v1.pt; its sight on the rollouts "
+                   "is logged as judge_sight)")
     p.add_argument('--out', default='', help="where the judge arms are trained (default: ARMS/recovery)")
     p.add_argument('--png', default='', help="the plot (default: OUT/recovery.png)")
     p.add_argument('--seed', type=int, default=1337)
     a = p.parse_args()
     out = a.out or os.path.join(a.arms, 'recovery')
-    os.makedirs(out, exist_ok=True)
     C = SimpleNamespace(**load_json(os.path.join(a.run, 'config.json')))
     teacher_path = os.path.join(a.run, f'{a.teacher}.pt')
     if not os.path.exists(teacher_path):
@@ -124,9 +138,16 @@ def main():
             print(f"skipped {label}: {os.path.join(a.arms, arm, ckpt)} not found", flush=True)
     if reference is None:
         sys.exit(f"error: the reference arm {a.reference_arm} has no policy under {a.arms}: run it with bench_arms.py")
-    for label, overrides in JUDGES.items():
-        policies[label] = train_judge_arm(a.run, C, label, overrides, out,
-                                          a.reward_model or os.path.join(a.run, 'reward_model_v1.pt'))
+    reward_models = (a.reward_model or os.path.join(a.run, 'reward_model_v1.pt')).split(',')
+    for path in reward_models:
+        if not os.path.exists(path):
+            sys.exit(f"error: the judge {path} not found: pass a run's reward_model_v1.pt to --reward_model")
+    for path, name in zip(reward_models, judge_names(reward_models)):
+        for play, overrides in JUDGE_PLAYS.items():
+            tag = 'frozen_judge' if play == 'frozen' else 'judge_co-trained_online'
+            policies[f'{name} judge, {play}'] = train_judge_arm(a.run, C, os.path.join(name, tag), overrides, out,
+                                                                path)
+    policies[NGRAM_LABEL] = train_judge_arm(a.run, C, 'n-gram_judge_refit_online', NGRAM, out, reward_models[0])
 
     teacher, base = GPT.from_checkpoint(teacher_path).eval(), GPT.from_checkpoint(policies['base v1'][0]).eval()
     val = np.memmap(os.path.join(data_path(C.dataset), 'val.bin'), dtype=np.uint16, mode='r')
@@ -139,15 +160,15 @@ def main():
     falls = {label: boot['base v1'] - boot[label] for label in reads}
     ref_fall = reads['base v1'][0].mean() - reads[reference][0].mean()
     rows, points = [], []
-    print('\n| policy | own reward, first 10 → last 10 steps | KL to base v1 (nats/token) | forward KL from the '
+    print('\n| policy | own reward, first 10 → last 10 steps | its judge\'s sight on the rollouts (same) | KL to base v1 (nats/token) | forward KL from the '
           'teacher | reverse KL to the teacher | its fall from base v1 (95% interval) | recovery of the teacher '
           'arm\'s fall (95% interval) |')
-    print('|---|---|---|---|---|---|---|')
+    print('|---|---|---|---|---|---|---|---|')
     for label, (to_teacher, to_base, from_teacher) in reads.items():
         fall = reads['base v1'][0].mean() - to_teacher.mean()
         ci = np.percentile(falls[label], [2.5, 97.5])
         rec = np.percentile(falls[label] / falls[reference], [2.5, 97.5])
-        rows.append(f"| {label} | {own_reward(policies[label][1])} | {to_base.mean():.4f} | "
+        rows.append(f"| {label} | {' | '.join(own_figures(policies[label][1]))} | {to_base.mean():.4f} | "
                     f"{from_teacher.mean():.4f} | {to_teacher.mean():.4f} | {fall:+.4f} "
                     f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {fall / ref_fall:.0%} [{rec[0]:.0%}, {rec[1]:.0%}] |")
         points.append((label, to_base.mean(), fall, ci))
@@ -160,6 +181,7 @@ def main():
     # symmetric log axes: a judge played to a hack moves the policy 30 times as far as the right rewards do
     ax.set_xscale('symlog', linthresh=0.01)
     ax.set_yscale('symlog', linthresh=0.01)
+    ax.set_xlim(left=0)  # a KL is never negative
     ax.set_xlabel('KL(policy || base v1), nats/token, on its own samples')
     ax.set_ylabel(f'fall of reverse KL to the teacher ({a.teacher}), nats/token')
     ax.set_title('Movement toward a better model: right rewards, learned judges, judge off')

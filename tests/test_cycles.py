@@ -394,6 +394,33 @@ def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
     assert frozen.grpo_nll_weight == online.grpo_nll_weight == 1.0
 
 
+def test_the_recovery_benchmark_plays_each_judge_at_the_positive_controls_settings(monkeypatch, tmp_path):
+    """bench_recovery's judge arms play the judge, not the reward of the run whose base they start from, at the
+    positive controls' GRPO settings; each judge frozen and co-trained; two judges of one run folder are refused."""
+    from configurator import configure
+    from run_cycles import DEFAULTS
+    monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
+    import bench_arms
+    import bench_recovery
+    run_config = configure(DEFAULTS, [os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py')]
+                           + bench_arms.arms('runs/x')['teacher_plateau_forward_w10'][1])
+    for play, overrides in bench_recovery.JUDGE_PLAYS.items():
+        cmd = bench_recovery.judge_arm_cmd('runs/x', run_config, overrides, 'judge.pt', 'out.pt')
+        assert '--reward_model_path=judge.pt' in cmd and '--max_steps=200' in cmd and '--beta=0.04' in cmd
+        assert '--learning_rate=0.0001' in cmd and '--scale_rewards=group' in cmd
+        assert not any(a.startswith(('--reward=', '--teacher', '--token_advantages', '--nll_weight')) for a in cmd)
+        assert ('--judge_update_interval=1' in cmd) == (play != 'frozen'), play
+    ngram = bench_recovery.judge_arm_cmd('runs/x', run_config, bench_arms.NGRAM, 'judge.pt', 'out.pt')
+    assert '--judge=ngram' in ngram and '--reward_model_path=judge.pt' not in ngram
+    assert bench_recovery.judge_names(['a/run1/reward_model_v1.pt', 'b/run2/r.pt']) == ['run1', 'run2']
+    with pytest.raises(SystemExit, match='distinct run folders'):
+        bench_recovery.judge_names(['a/run1/reward_model_v1.pt', 'b/run1/reward_model_v1.pt'])
+    log = tmp_path / 'log.jsonl'
+    log.write_text(''.join(json.dumps(dict(step=i, reward=0.1 * (i >= 10), judge_sight=0.9)) + '\n' for i in range(20)))
+    assert bench_recovery.own_figures(str(log)) == ('0.000 → 0.100', '0.900 → 0.900')
+    assert bench_recovery.own_figures('') == ('–', '–')
+
+
 def test_the_arms_table_reads_the_judges_sight_before_after_and_judge_off(cycle_run, monkeypatch):
     """bench_arms' row says whether the policy fooled its judge: its sight on base v1's samples, on the new base's and
     on the judge-off control's, as the cycle's evaluations measured them."""
