@@ -64,6 +64,12 @@ JUDGE_30K = ['--reward_max_blocks=30000', '--reward_eval_interval=200']
 # reward model as the run it copies trained it, read on the new version as a GPT judge that did not play
 NGRAM = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_warmup_steps=20',
          '--grpo_judge_natural_windows=64', '--grpo_judge_replay=15']
+# a whole-window judge co-trained online: every weight, 64 natural windows a step against the rollouts
+CO_TRAINED = ['--grpo_judge_update_interval=1', '--grpo_judge_unfreeze_layers=-1', '--grpo_judge_learning_rate=3e-4',
+              '--grpo_judge_natural_windows=64']
+# the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
+# 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
+CO_TRAINED_SLOW = CO_TRAINED + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
 POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_beta=0.04', '--grpo_scale_rewards=group',
             '--grpo_eval_interval=50']
 # the teachers, trained once per run by train.py, their cost their own: name -> (the checkpoint they start from, their
@@ -89,11 +95,6 @@ def arms(run):
     """Arm -> (its label, its run_cycles.py overrides on top of the default config and SEED_DESIGN)."""
     online_token = ['--grpo_judge_update_interval=1', '--reward_pooling=token']
     spin = ['--trainer=spin', '--spin_max_steps=300']  # 300 steps of 16 pairs: the GRPO cycle's wall-clock
-    co_trained = ['--grpo_judge_update_interval=1', '--grpo_judge_unfreeze_layers=-1',
-                  '--grpo_judge_learning_rate=3e-4', '--grpo_judge_natural_windows=64']
-    # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
-    # 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
-    co_trained_slow = co_trained + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
     # the teacher arms on the plateau teacher, per-token credit (a later --key=value overrides an earlier one)
     plateau = POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
                           '--grpo_token_advantages=True', '--grpo_token_discount=1.0']
@@ -119,12 +120,12 @@ def arms(run):
                       + ['--grpo_nll_weight=1.0']),
         # co-trained at the rate that keeps a judge's sight (3e-5), with real text: the issue's seeing judge online
         'window30k_online_slow': ('whole-window judge on 30k windows co-trained online at judge lr 3e-5 + real text',
-                                  WINDOW_JUDGE + JUDGE_30K + co_trained_slow + ['--grpo_nll_weight=1.0']),
+                                  WINDOW_JUDGE + JUDGE_30K + CO_TRAINED_SLOW + ['--grpo_nll_weight=1.0']),
         'window_online': ('whole-window judge co-trained online (every weight, 64 natural windows a step) + real text',
-                          WINDOW_JUDGE + co_trained + ['--grpo_nll_weight=1.0']),
-        'window_online_pure': ('whole-window judge co-trained online, no real text', WINDOW_JUDGE + co_trained),
+                          WINDOW_JUDGE + CO_TRAINED + ['--grpo_nll_weight=1.0']),
+        'window_online_pure': ('whole-window judge co-trained online, no real text', WINDOW_JUDGE + CO_TRAINED),
         'window_online_slow_pure': ('whole-window judge co-trained online at judge lr 3e-5, no real text',
-                                    WINDOW_JUDGE + co_trained_slow),
+                                    WINDOW_JUDGE + CO_TRAINED_SLOW),
         'ngram_online_pure': ("n-gram judge (the two-sample test's classifier) refit online, no real text",
                               WINDOW_JUDGE + NGRAM),
         # the positive controls: rewards known to be right, through the same GRPO, cycle, controls and referees

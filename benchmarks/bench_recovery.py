@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 from data_loader import data_path  # noqa: E402
 from model import GPT  # noqa: E402
 from policy import token_logprobs  # noqa: E402
-from bench_arms import NGRAM, POSITIVE  # noqa: E402
+from bench_arms import CO_TRAINED_SLOW, NGRAM, POSITIVE  # noqa: E402
 from configurator import configure  # noqa: E402
 from run_cycles import DEFAULTS, _plt, first_last, grpo_cmd, load_json  # noqa: E402
 from two_sample import eval_windows  # noqa: E402
@@ -43,7 +43,13 @@ JUDGE_REWARD = dict(grpo_token_advantages=False, grpo_nll_weight=0.0, grpo_rewar
                     grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0,
                     grpo_token_discount=DEFAULTS['grpo_token_discount'], grpo_teacher_kl=DEFAULTS['grpo_teacher_kl'])
 # how each learned judge plays, at the positive controls' GRPO settings (bench_arms.POSITIVE)
-JUDGE_PLAYS = {'frozen': [], 'co-trained online (head)': ['--grpo_judge_update_interval=1']}
+def judge_plays(reward_model):
+    """How a learned judge plays: frozen, and co-trained online as the arms co-train it (a binary whole-window judge
+    every weight at the rate that keeps its sight, against 64 natural windows a step; any other judge its head)."""
+    loss = torch.load(reward_model, map_location='cpu', weights_only=True).get('config', {}).get('loss', 'mse')
+    if loss == 'binary':
+        return {'frozen': [], 'co-trained online (every weight, lr 3e-5)': CO_TRAINED_SLOW}
+    return {'frozen': [], 'co-trained online (head)': ['--grpo_judge_update_interval=1']}
 NGRAM_LABEL = 'n-gram judge refit online'  # needs no judge model: played once
 # the arms' own policies: label -> (the arm's folder, its checkpoint, its GRPO log)
 ARMS = {
@@ -67,7 +73,9 @@ def judge_arm_cmd(run, C, overrides, reward_model, path):
     """train_grpo.py's call for base v1 against a learned judge (reward_model; the n-gram judge needs none) at the
     positive controls' settings, whatever reward the run's own arm played."""
     A = configure({**DEFAULTS, **vars(C), **JUDGE_REWARD}, POSITIVE + overrides)  # (keys newer than the run too)
-    return grpo_cmd(A, os.path.join(run, 'base_model_v1.pt'), reward_model, data_path(C.dataset), path, C.seed + 1)
+    # equal steps: a judge played to a hack must not end its arm early at the cycle's reward threshold
+    return grpo_cmd(A, os.path.join(run, 'base_model_v1.pt'), reward_model, data_path(C.dataset), path, C.seed + 1) \
+        + ['--reward_threshold=2.0']
 
 
 def train_judge_arm(run, C, name, overrides, out, reward_model):
@@ -143,7 +151,7 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"error: the judge {path} not found: pass a run's reward_model_v1.pt to --reward_model")
     for path, name in zip(reward_models, judge_names(reward_models)):
-        for play, overrides in JUDGE_PLAYS.items():
+        for play, overrides in judge_plays(path).items():
             tag = 'frozen_judge' if play == 'frozen' else 'judge_co-trained_online'
             policies[f'{name} judge, {play}'] = train_judge_arm(a.run, C, os.path.join(name, tag), overrides, out,
                                                                 path)

@@ -4,6 +4,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ROOT, run_script
 from data_loader import unknown_word_rate, words_of
@@ -404,12 +405,18 @@ def test_the_recovery_benchmark_plays_each_judge_at_the_positive_controls_settin
     import bench_recovery
     run_config = configure(DEFAULTS, [os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py')]
                            + bench_arms.arms('runs/x')['teacher_plateau_forward_w10'][1])
-    for play, overrides in bench_recovery.JUDGE_PLAYS.items():
-        cmd = bench_recovery.judge_arm_cmd('runs/x', run_config, overrides, 'judge.pt', 'out.pt')
-        assert '--reward_model_path=judge.pt' in cmd and '--max_steps=200' in cmd and '--beta=0.04' in cmd
-        assert '--learning_rate=0.0001' in cmd and '--scale_rewards=group' in cmd
-        assert not any(a.startswith(('--reward=', '--teacher', '--token_advantages', '--nll_weight')) for a in cmd)
-        assert ('--judge_update_interval=1' in cmd) == (play != 'frozen'), play
+    for loss in ('mse', 'binary'):
+        torch.save({'config': {'loss': loss}}, tmp_path / f'{loss}.pt')
+        for play, overrides in bench_recovery.judge_plays(str(tmp_path / f'{loss}.pt')).items():
+            cmd = bench_recovery.judge_arm_cmd('runs/x', run_config, overrides, 'judge.pt', 'out.pt')
+            assert '--reward_model_path=judge.pt' in cmd and '--max_steps=200' in cmd and '--beta=0.04' in cmd
+            assert '--learning_rate=0.0001' in cmd and '--scale_rewards=group' in cmd
+            assert '--reward_threshold=2.0' in cmd  # equal steps: a hacked judge's reward does not end the arm
+            assert not any(a.startswith(('--reward=', '--teacher', '--token_advantages', '--nll_weight')) for a in cmd)
+            assert ('--judge_update_interval=1' in cmd) == (play != 'frozen'), play
+            # a binary whole-window judge learns natural windows against the rollouts, at the rate that keeps its sight
+            assert ('--judge_natural_windows=64' in cmd) == ('--judge_learning_rate=3e-05' in cmd) \
+                == (loss == 'binary' and play != 'frozen'), (loss, play)
     ngram = bench_recovery.judge_arm_cmd('runs/x', run_config, bench_arms.NGRAM, 'judge.pt', 'out.pt')
     assert '--judge=ngram' in ngram and '--reward_model_path=judge.pt' not in ngram
     assert bench_recovery.judge_names(['a/run1/reward_model_v1.pt', 'b/run2/r.pt']) == ['run1', 'run2']
