@@ -182,18 +182,18 @@ def main():
         points.append((label, to_base.mean(), fall, ci))
     print('\n'.join(rows))
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(11, 5))
     for (label, kl, fall, ci), color in zip(points, plt.cm.tab20.colors):
         ax.errorbar(kl, fall, yerr=[[fall - ci[0]], [ci[1] - fall]], fmt='o', capsize=3, label=label, color=color)
     ax.axhline(0, color='grey', lw=0.5)
     # symmetric log axes: a judge played to a hack moves the policy 30 times as far as the right rewards do
     ax.set_xscale('symlog', linthresh=0.01)
     ax.set_yscale('symlog', linthresh=0.01)
-    ax.set_xlim(left=0)  # a KL is never negative
+    ax.set_xlim(0, 1.5 * max(kl for _, kl, _, _ in points))  # a KL is never negative; room for the furthest point
     ax.set_xlabel('KL(policy || base v1), nats/token, on its own samples')
     ax.set_ylabel(f'fall of reverse KL to the teacher ({a.teacher}), nats/token')
     ax.set_title('Movement toward a better model: right rewards, learned judges, judge off')
-    ax.legend(fontsize=7, loc='lower left')
+    ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     png = a.png or os.path.join(out, 'recovery.png')
     fig.savefig(png + '.partial.png', dpi=120)
