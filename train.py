@@ -248,7 +248,7 @@ def main(argv):
             losses = estimate_loss()
             stopper.step(losses[select_split])
             ending = stopper.should_stop or iter_num >= C.max_iters
-            ppl = {'ppl': val_perplexity()} if C.val_ppl == 'every_eval' or C.val_ppl == 'end' and ending else {}
+            ppl = {'ppl': val_perplexity()} if C.val_ppl == 'every_eval' or (C.val_ppl == 'end' and ending) else {}
             last = dict(losses, **ppl, iter=iter_num)
             tqdm.write(f"step {iter_num}: {loss_line(losses)}" + (f", val ppl {ppl['ppl']:.3f}" if ppl else ''))
             tracker.log(dict({f'{k}_loss': v for k, v in losses.items()}, **{f'val_{k}': v for k, v in ppl.items()},

@@ -95,11 +95,14 @@ def arms(run):
     """Arm -> (its label, its run_cycles.py overrides on top of the default config and SEED_DESIGN)."""
     online_token = ['--grpo_judge_update_interval=1', '--reward_pooling=token']
     spin = ['--trainer=spin', '--spin_max_steps=300']  # 300 steps of 16 pairs: the GRPO cycle's wall-clock
-    # the teacher arms on the plateau teacher, per-token credit (a later --key=value overrides an earlier one)
-    plateau = POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
-                          '--grpo_token_advantages=True', '--grpo_token_discount=1.0']
+    # the teacher arms: a teacher's per-token log-ratio, per-token credit (a later --key=value overrides an earlier one)
+    def teacher(name):
+        return POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run, name)}',
+                           '--grpo_token_advantages=True', '--grpo_token_discount=1.0']
+    plateau = teacher('teacher_plateau')
     forward = plateau + ['--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward']
     forward_w10 = forward + ['--grpo_teacher_kl_weight=10.0', '--grpo_learning_rate=3e-4']
+    known_words = POSITIVE + ['--grpo_reward=known_words']
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
@@ -130,14 +133,11 @@ def arms(run):
                               WINDOW_JUDGE + NGRAM),
         # the positive controls: rewards known to be right, through the same GRPO, cycle, controls and referees
         'teacher': ('teacher reward (base v1 + 2,500 iterations; per-token log-ratio, per-token credit)',
-                    POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run)}',
-                                '--grpo_token_advantages=True', '--grpo_token_discount=1.0']),
+                    teacher('teacher_2500')),
         # MiniLLM's single-step decomposition: each token's own reverse KL to the teacher exactly, over the vocabulary;
         # the sampled log-ratios after it as its advantage
         'teacher_exact': ('teacher reward (base v1 + 2,500 iterations) + exact single-step KL',
-                          POSITIVE + ['--grpo_reward=teacher', f'--grpo_teacher_path={teacher_path(run)}',
-                                      '--grpo_token_advantages=True', '--grpo_token_discount=1.0',
-                                      '--grpo_teacher_kl_weight=1.0']),
+                          teacher('teacher_2500') + ['--grpo_teacher_kl_weight=1.0']),
         'teacher_plateau_exact': ('plateau teacher reward + exact single-step KL',
                                   plateau + ['--grpo_teacher_kl_weight=1.0']),
         # the exact term the other way round, KL(teacher || policy) on the policy's prefixes (GKD): it keeps the
@@ -153,12 +153,10 @@ def arms(run):
         # the budget: the same at three times the steps (its judge-off control runs as long)
         'teacher_plateau_forward_w10_600': ('plateau teacher reward + exact forward KL x10, lr 3e-4, 600 steps',
                                             forward_w10 + ['--grpo_max_steps=600']),
-        'known_words': ('exact reward: share of train-split words (beta 0.04)',
-                        POSITIVE + ['--grpo_reward=known_words']),
-        'known_words_beta0.2': ('exact reward, beta 0.2', POSITIVE + ['--grpo_reward=known_words', '--grpo_beta=0.2']),
-        'known_words_beta1': ('exact reward, beta 1', POSITIVE + ['--grpo_reward=known_words', '--grpo_beta=1.0']),
-        'known_words_nll': ('exact reward + real text (NLL weight 1)', POSITIVE + ['--grpo_reward=known_words',
-                                                                                 '--grpo_nll_weight=1.0']),
+        'known_words': ('exact reward: share of train-split words (beta 0.04)', known_words),
+        'known_words_beta0.2': ('exact reward, beta 0.2', known_words + ['--grpo_beta=0.2']),
+        'known_words_beta1': ('exact reward, beta 1', known_words + ['--grpo_beta=1.0']),
+        'known_words_nll': ('exact reward + real text (NLL weight 1)', known_words + ['--grpo_nll_weight=1.0']),
     }
 
 

@@ -3,9 +3,10 @@ How much of a right reward's movement each learned judge recovers, at equal step
 
 On a finished positive-controls run (bench_arms.py with --run RUN --out ARMS and the teacher, exact-reward arms),
 the learned judges play base v1 through train_grpo.py at the positive controls' GRPO settings (200 steps of 8 prompts
-x 8 completions, lr 1e-4, beta 0.04, group scaling, the cycle's seed): each judge given (default: the run's own),
-frozen and co-trained online (its head, every step), and the n-gram judge refit online. Every policy, those and the arms' own
-(teacher, exact reward, judge-off), is then read by one referee of naturalness that none of them is: the teacher. On
+x 8 completions, lr 1e-4, beta 0.04, group scaling, the cycle's seed, all 200 steps): each judge given (default: the
+run's own), frozen and co-trained online as the arms co-train it, and the n-gram judge refit online. Every policy,
+those and the arms' own (teacher, exact reward, judge-off), is then read by one referee of naturalness that none of
+them is: the teacher. On
 each policy's own continuations of fixed val prompts it measures, exactly over the vocabulary, the per-token reverse
 KL(policy || teacher) and KL(policy || base v1) (how far the policy moved). A policy's movement is the fall of its
 reverse KL to the teacher from base v1's; its recovery is that fall over the teacher arm's.
@@ -15,8 +16,8 @@ reverse KL to the teacher from base v1's; its recovery is that fall over the tea
       [--teacher teacher_plateau] [--reference_arm teacher_plateau_forward_w10] [--png docs/img/recovery.png]
 
 Prints one table (per policy: its own reward and a learned judge's sight on the rollouts, first 10 -> last 10 steps,
-KL to base v1, reverse KL to the teacher, the
-fall with its 95% bootstrap interval, the recovery) and draws the fall against the KL.
+KL to base v1, reverse KL to the teacher, the fall with its 95% bootstrap interval, the recovery) and draws the fall
+against the KL.
 """
 import argparse
 import json
@@ -31,7 +32,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import data_path  # noqa: E402
-from model import GPT  # noqa: E402
+from model import GPT, load_checkpoint  # noqa: E402
 from policy import token_logprobs  # noqa: E402
 from bench_arms import CO_TRAINED_SLOW, NGRAM, POSITIVE  # noqa: E402
 from configurator import configure  # noqa: E402
@@ -42,15 +43,17 @@ from two_sample import eval_windows  # noqa: E402
 JUDGE_REWARD = dict(grpo_token_advantages=False, grpo_nll_weight=0.0, grpo_reward='judge', grpo_teacher_path='',
                     grpo_teacher_kl_weight=0.0, grpo_judge='model', grpo_judge_update_interval=0,
                     grpo_token_discount=DEFAULTS['grpo_token_discount'], grpo_teacher_kl=DEFAULTS['grpo_teacher_kl'])
-# how each learned judge plays, at the positive controls' GRPO settings (bench_arms.POSITIVE)
+NGRAM_LABEL = 'n-gram judge refit online'  # needs no judge model: played once
+
+
 def judge_plays(reward_model):
     """How a learned judge plays: frozen, and co-trained online as the arms co-train it (a binary whole-window judge
     every weight at the rate that keeps its sight, against 64 natural windows a step; any other judge its head)."""
-    loss = torch.load(reward_model, map_location='cpu', weights_only=True).get('config', {}).get('loss', 'mse')
-    if loss == 'binary':
+    if load_checkpoint(reward_model).get('config', {}).get('loss', 'mse') == 'binary':
         return {'frozen': [], 'co-trained online (every weight, lr 3e-5)': CO_TRAINED_SLOW}
     return {'frozen': [], 'co-trained online (head)': ['--grpo_judge_update_interval=1']}
-NGRAM_LABEL = 'n-gram judge refit online'  # needs no judge model: played once
+
+
 # the arms' own policies: label -> (the arm's folder, its checkpoint, its GRPO log)
 ARMS = {
     'teacher reward, plateau teacher + exact forward KL, lr 1e-3': ('teacher_plateau_forward_lr1e-3',
@@ -168,8 +171,8 @@ def main():
     falls = {label: boot['base v1'] - boot[label] for label in reads}
     ref_fall = reads['base v1'][0].mean() - reads[reference][0].mean()
     rows, points = [], []
-    print('\n| policy | own reward, first 10 → last 10 steps | its judge\'s sight on the rollouts (same) | KL to base v1 (nats/token) | forward KL from the '
-          'teacher | reverse KL to the teacher | its fall from base v1 (95% interval) | recovery of the teacher '
+    print('\n| policy | own reward, first 10 → last 10 steps | its judge\'s sight on the rollouts (same) | '
+          'KL to base v1 (nats/token) | forward KL from the teacher | reverse KL to the teacher | its fall from base v1 (95% interval) | recovery of the teacher '
           'arm\'s fall (95% interval) |')
     print('|---|---|---|---|---|---|---|---|')
     for label, (to_teacher, to_base, from_teacher) in reads.items():
