@@ -31,7 +31,8 @@ from data_loader import data_path, file_sha256
 from early_stopping import EarlyStopping
 from judge import PAIRED_LOSSES, reward_data_cmd, reward_model_cmd
 from tracking import TRACKING_DEFAULTS, tracking_args
-from verdict import FRESH_JUDGE_FIGURES, VERDICT_FORMAT, cycle_verdict, fresh_judge_figure, matched_temperature
+from verdict import (FRESH_JUDGE_FIGURES, VERDICT_FORMAT, cycle_verdict, fresh_judge_figure, label_text,
+                     matched_temperature)
 from runtime import resolve_device
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -111,7 +112,11 @@ grpo_teacher_path = ''
 grpo_token_discount = 0.23  # with grpo_token_advantages: the discount of later per-token rewards (1: their sum)
 grpo_teacher_kl_weight = 0.0  # the teacher's reward: weight of the exact per-token KL (MiniLLM's single step)
 grpo_teacher_kl = 'reverse'  # its direction: 'reverse' KL(policy || teacher), or 'forward' (GKD)
-trainer_seed = 0  # 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: s + n (repeats)
+grpo_teacher_sampled = True  # False: the exact term alone, no sampled reward in the advantages (on-policy distillation)
+# 0: the trainer (GRPO or SPIN) of cycle n is seeded seed + n, as every stage; s: a repeat of the method on the same
+# base v1 with its own draws: its trainer seeded s + n, and everything after base v1 that draws (the judge's data and
+# training, every evaluation's prompts, windows and samples, the MLE and judge-off controls) seeded from s
+trainer_seed = 0
 # SPIN (trainer='spin'; train_spin.py)
 spin_max_steps = 60
 spin_batch_size = 16
@@ -341,7 +346,7 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--judge_unfreeze_layers={C.grpo_judge_unfreeze_layers}'] if C.grpo_judge_unfreeze_layers else []) \
         + ([f'--judge_warmup_steps={C.grpo_judge_warmup_steps}'] if C.grpo_judge_warmup_steps else []) \
         + ([f'--judge_natural_windows={C.grpo_judge_natural_windows}'] if C.grpo_judge_natural_windows else [])
-    referee = [f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={C.seed}'] \
+    referee = [f'--referee_samples={C.grpo_referee_samples}', f'--referee_seed={repeat_seed(C)}'] \
         if C.grpo_referee_samples else []  # the referee over the game reads a frozen judge's game too
     judge = [f'--reward_model_path={reward_model}'] if C.grpo_judge == 'model' else [f'--judge={C.grpo_judge}']
     return [os.path.join(ROOT, 'train_grpo.py'), f'--policy_path={base}', *judge, f'--dataset={data_dir}',
@@ -359,7 +364,15 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--token_discount={C.grpo_token_discount}'] if C.grpo_token_discount != 0.23 else []) \
         + ([f'--teacher_kl_weight={C.grpo_teacher_kl_weight}'] if C.grpo_teacher_kl_weight else []) \
         + ([f'--teacher_kl={C.grpo_teacher_kl}'] if C.grpo_teacher_kl != 'reverse' else []) \
+        + (['--teacher_sampled=False'] if not C.grpo_teacher_sampled else []) \
         + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])
+
+
+def repeat_seed(C):
+    """The seed of a repeat of the method on one base v1: its trainer's (seeded this + n) and every draw after base
+    v1's (the judge's data and training, the evaluations, the controls). A repeat (trainer_seed s) draws its own, so
+    that a method read over seeds has each seed's own controls and texts."""
+    return C.trainer_seed or C.seed
 
 
 def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
@@ -370,7 +383,7 @@ def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
     recipe = ['--judge_recipe', C.judge_recipe] if C.judge_recipe != 'crossover' else []
     return [os.path.join(ROOT, 'evaluate.py'), *ckpts, '--dataset', data_dir, '--referee', referee,
             '--out', out_path, '--temperatures', ','.join(map(str, temperatures)), '--top_k', str(C.sample_top_k),
-            '--num_samples', str(C.eval_num_samples), '--seed', str(C.seed), '--device', C.device,
+            '--num_samples', str(C.eval_num_samples), '--seed', str(repeat_seed(C)), '--device', C.device,
             '--judge_seeds', str(C.judge_seeds), '--judge_max_blocks', str(C.judge_max_blocks),
             '--judge_samples_per_chunk', str(C.judge_samples_per_chunk), '--c2st_folds', '5',
             '--judge_args=' + judge_args, *recipe, *extra]
@@ -466,7 +479,7 @@ def main(argv):
         judge = [rm] if C.grpo_judge == 'model' else []
         judge += [C.grpo_teacher_path] if C.grpo_teacher_path else []  # the positive control's teacher
         script_stage(name, outputs, [base] + judge + data_files + ([arm_log] if arm_log else []),
-                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n, arm_log=arm_log),
+                     grpo_cmd(C, base, rm, data_dir, 'PARTIAL', repeat_seed(C) + n, arm_log=arm_log),
                      f'{prefix}_v{n}.log', after=move_extras)
 
     evaluate_stage('evaluate v1', path('eval_v1.json'), path('base_model_v1.pt'), 'eval_v1.log')
@@ -481,7 +494,7 @@ def main(argv):
             earlier = [path(f'base_model_v{k}.pt') for k in range(1, n)] if C.spin_opponent_mix else []
             script_stage(f'cycle {n}: SPIN -> base v{n + 1}', [new, path(f'spin_v{n}_log.jsonl')],
                          [base, *earlier] + data_files,
-                         spin_cmd(C, base, earlier, data_dir, 'PARTIAL', (C.trainer_seed or C.seed) + n),
+                         spin_cmd(C, base, earlier, data_dir, 'PARTIAL', repeat_seed(C) + n),
                          f'spin_v{n}.log', after=lambda partials: shutil.move(
                              os.path.splitext(partials[0])[0] + '_log.jsonl', partials[1]))
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log')
@@ -490,12 +503,12 @@ def main(argv):
                 shutil.rmtree(rd)  # written before reward data kept each sample's natural block: rebuilt with them
             script_stage(f'cycle {n}: reward data', [rd], [base] + data_files,
                          reward_data_cmd(base, data_dir, 'PARTIAL', C.reward_max_blocks, C.reward_samples_per_chunk,
-                                         C.seed + n, C.device, C.sample_temperature, C.sample_top_k,
-                                         C.reward_crossover_k, exclude_eval=(C.eval_num_samples, C.seed)),
+                                         repeat_seed(C) + n, C.device, C.sample_temperature, C.sample_top_k,
+                                         C.reward_crossover_k, exclude_eval=(C.eval_num_samples, repeat_seed(C))),
                          f'reward_data_v{n}.log')
             trunk = os.path.abspath(C.reward_trunk_path) if C.reward_trunk_path else base
             script_stage(f'cycle {n}: reward model', [rm], [trunk, rd],
-                         reward_model_cmd(trunk, rd, 'PARTIAL', C.seed + n, C.device, reward_recipe(C)),
+                         reward_model_cmd(trunk, rd, 'PARTIAL', repeat_seed(C) + n, C.device, reward_recipe(C)),
                          f'reward_model_v{n}.log')
             # the judge's sight before the game: base v{n}'s own samples on the two-sample windows (the same samples
             # as eval_v{n}'s), beside its sight on the new base after it; the pair says whether the policy fooled it
@@ -556,7 +569,7 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
         '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=False',
         f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
-        f'--seed={C.seed + n}'] + select_args(C), f'mle_v{n + 1}.log')
+        f'--seed={repeat_seed(C) + n}'] + select_args(C), f'mle_v{n + 1}.log')
     evaluate_stage(f'evaluate MLE control v{n + 1}', path(f'eval_mle_v{n + 1}.json'), mle, f'eval_mle_v{n + 1}.log')
     inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base, mle]
     if grpo:  # what the judge adds: the same GRPO run with its reward replaced by a constant
@@ -582,7 +595,7 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         kept = load_checkpoint(mle)
         v.update(cycle=n, mle_iters=iters, mle_best_iter=kept['iter_num'], mle_stopped_at=kept.get('stopped_at'),
                  mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops,
-                 mle_select_tokens=kept['config'].get('select_tokens', 0))
+                 mle_select_tokens=kept['config'].get('select_tokens', 0), draw_seed=repeat_seed(C))
         if grpo:  # the judge-off control runs its arm's steps: both runs' steps and compute, side by side
             for name, ckpt in (('arm', path(f'base_model_v{n + 1}.pt')), ('judge_off', off)):
                 metrics = load_checkpoint(ckpt)['metrics']
@@ -691,19 +704,24 @@ def verdict_lines(c):
     selected_on = (f"best loss on the last {held_out:,} train tokens, held out of training" if held_out
                    else "best val loss")
     mle = (f"the MLE control is base v{c['cycle']} + next-token training allowed {v['mle_iters']} iterations (the "
-           f"cycle's {v['cycle_flops']:.3g} FLOPs)" + (f", stopped at {stop} and kept iteration {v['mle_best_iter']} "
+           f"cycle's {v['cycle_flops']:.3g} FLOPs: the trainer's run and, for GRPO, the judge's data and training)"
+           + (f", stopped at {stop} and kept iteration {v['mle_best_iter']} "
                                                         f"({selected_on})" if stop is not None else ''))
     if 'judge_off_steps' in v:
         mle += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs) "
                 f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
     labels = '; '.join(
         f"against {CONTROL_NAMES[k]}: fresh judges **{x['fresh_judges']}**, two-sample test "
-        f"**{x['c2st'] or '–'}**{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, "
-        f"perplexity **{x['perplexity']}**{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}"
+        f"**{label_text(x['c2st_effect']) if x.get('c2st_effect') else '–'}**"
+        f"{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, "
+        f"perplexity **{label_text(x['perplexity_effect'])}**"
+        f"{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}"
         for k, x in vd.items())
     return [f"**Cycle {c['cycle']} verdict, this checkpoint against each control's** (one training run a side: a "
-            f"claim about the method reads several trainer seeds, `benchmarks/bench_arms.py`; 'equal' only when the "
-            f"whole 95% interval lies inside the margin; computed in `verdict_v{c['cycle']}.json`; {mle}; matched "
+            f"claim about the method reads several trainer seeds, each with its own controls and draws, "
+            f"`benchmarks/bench_arms.py`; 'better'/'worse' when the 95% interval excludes 0, 'equal' when it includes "
+            f"0 inside the margin, else 'unresolved'; draws seeded {v.get('draw_seed', C.seed)}; computed in "
+            f"`verdict_v{c['cycle']}.json`; {mle}; matched "
             f"temperature T* = {m['temperature']:.3f}{where}): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else
                "The cycle does not beat every control."), '']

@@ -80,6 +80,9 @@ teacher_kl_weight = 0.0
 # the exact term's direction: 'reverse', KL(policy || teacher) (MiniLLM; mode-seeking), or 'forward', KL(teacher ||
 # policy) on the policy's own prefixes (GKD's on-policy distillation; it keeps the teacher's spread)
 teacher_kl = 'reverse'
+# with teacher_kl_weight: False drops the sampled log-ratios from the reward (every advantage 0), leaving the exact
+# term alone, on-policy distillation with no policy gradient: what that term earns apart from the sampled reward
+teacher_sampled = True
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -351,6 +354,8 @@ def check_config(C):
     if C.teacher_kl_weight and not (C.reward == 'teacher' and C.token_advantages):
         raise UserError("--teacher_kl_weight splits the teacher's per-token credit: it needs --reward=teacher and "
                         "--token_advantages=True")
+    if not C.teacher_sampled and not C.teacher_kl_weight:
+        raise UserError("--teacher_sampled=False leaves the exact term alone: pass --teacher_kl_weight > 0 with it")
     if C.token_advantages and C.reward == 'known_words':
         raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
@@ -457,28 +462,30 @@ def judge_flops_per_token(run):
 
 
 def step_flops(run):
-    """Compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, judge,
-    reference, and num_iterations forward+backward passes of the policy, over every rank's rows."""
+    """Compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, the judge's
+    pass where the reward is the judge's (a positive control's judge scores the rollouts as an instrument only, so
+    its pass is no cost of the method), the reference, the policy's own log-probs of the rollouts for a teacher's
+    log-ratio, and num_iterations forward+backward passes of the policy, over every rank's rows."""
     C, N, policy = run.C, run.N, run.policy
     rows = C.prompts_per_step * C.num_generations
-    flops = rows * N * (policy.flops_per_token() + judge_flops_per_token(run)
+    flops = rows * N * (policy.flops_per_token() + (judge_flops_per_token(run) if C.reward == 'judge' else 0)
                         + (run.reference.flops_per_token() if run.reference is not None else 0)
+                        + (policy.flops_per_token() if C.reward == 'teacher' else 0)
                         + C.num_iterations * policy.flops_per_token(backward=True))
     if C.nll_weight:  # the natural continuations' forward and backward
         flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
-    if run.judge_loss_kind == 'pairwise':  # the natural windows' scoring
+    if run.judge_loss_kind == 'pairwise' and C.reward == 'judge':  # the natural windows' scoring
         flops += C.prompts_per_step * N * judge_flops_per_token(run)
     return flops
 
 
 def teacher_flops(run):
-    """The teacher reward's forward FLOPs of one step (the teacher's pass and the policy's own log-probs of the
-    rollouts), apart from the run's: the policy's compute is what its MLE control is matched to, the teacher's cost
-    is stated beside it."""
+    """The teacher's forward FLOPs of one step, apart from the run's (the policy's own log-probs of the rollouts are
+    the run's: step_flops): the policy's compute is what its MLE control is matched to, the teacher's cost is stated
+    beside it."""
     if run.teacher is None:
         return 0
-    per_token = run.teacher.flops_per_token() + run.policy.flops_per_token()
-    return run.C.prompts_per_step * run.C.num_generations * run.N * per_token
+    return run.C.prompts_per_step * run.C.num_generations * run.N * run.teacher.flops_per_token()
 
 
 def referee_auc(run):
@@ -663,6 +670,8 @@ def advantages_of(C, rt, rewards, judged, generated):
     if C.token_advantages:
         advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards,
                                          batch_std)
+    if not C.teacher_sampled:  # the exact term alone: the sampled log-ratios are logged, but no advantage carries them
+        advantages = torch.zeros_like(advantages)
     return advantages, zero_std, group_std
 
 

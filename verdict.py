@@ -3,8 +3,10 @@ The verdict of a cycle: its new generator against each control, on every referee
 on a method, over its training seeds. Statistics only: it computes from the figures it is handed (run_cycles.py
 gives it the points evaluate.py measured and the perplexities of the checkpoints it owns).
 
-The rules (two one-sided tests, TOST): an effect is 'equal' only when its whole 95% interval lies inside
-±margin; otherwise 'better' or 'worse' when the interval excludes 0; otherwise 'unresolved'.
+The rule reads each effect's 95% interval, and is monotone: an interval that excludes 0 is a difference, however
+small ('better' or 'worse', 'within margin' added when the whole interval also lies inside ±margin); one that
+includes 0 and lies inside ±margin is 'equal' (equivalent); any other is 'unresolved'. A more precise interval about
+the same effect can only move a label from 'unresolved' to one of the others, never from 'better' to 'equal'.
 """
 
 import numpy as np
@@ -18,13 +20,14 @@ from two_sample import joint_scores
 AUC_MARGIN = 0.03
 PPL_MARGIN = 0.01
 BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
-# the two-sample referee is refit over this many fold seeds inside its interval: the classifiers' share of the
-# spread, which a bootstrap over texts with one fit leaves out
+# the two-sample referee is refit over this many fold seeds, its effect their mean (and each resample's), so that one
+# fold split's luck does not decide it; the fits' spread is reported beside the interval
 REFITS = 3
 MIN_SEEDS = 3  # training seeds a verdict on a method reads at the least
 # 3: TOST labels, the referee's refits in the two-sample interval, 'unresolved' for one fresh judge; 4: the joint
-# referee weighs the arm and a two-point control alike; older verdicts of a run are rebuilt
-VERDICT_FORMAT = 4
+# referee weighs the arm and a two-point control alike; 5: the monotone rule, the two-sample interval resamples the
+# mean of the referee's fits, the draw seed recorded; older verdicts of a run are rebuilt
+VERDICT_FORMAT = 5
 
 
 # each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, whether higher is closer to natural text,
@@ -58,12 +61,18 @@ def compare(arm, control, higher_is_better, alpha=0.05):
 
 
 def effect_label(ci, margin):
-    """An effect's label from its 95% interval ci (positive: the arm is better) and its equivalence margin: 'equal'
-    only when the whole interval lies inside ±margin (TOST); else 'better' or 'worse' when it excludes 0; else
-    'unresolved' (the data cannot tell a material difference from none)."""
-    if -margin < ci[0] and ci[1] < margin:
-        return 'equal'
-    return 'better' if ci[0] > 0 else 'worse' if ci[1] < 0 else 'unresolved'
+    """An effect's label from its 95% interval ci (positive: the arm is better) and its equivalence margin: 'better'
+    or 'worse' when the interval excludes 0; 'equal' when it includes 0 and lies inside ±margin; else 'unresolved'
+    (the data cannot tell a material difference from none)."""
+    if ci[0] > 0 or ci[1] < 0:
+        return 'better' if ci[0] > 0 else 'worse'
+    return 'equal' if -margin < ci[0] and ci[1] < margin else 'unresolved'
+
+
+def label_text(e):
+    """How every table prints an effect's label: 'better (within margin)' for a difference whose whole interval lies
+    inside ±margin, the label alone otherwise."""
+    return e['label'] + (' (within margin)' if e.get('within_margin') else '')
 
 
 def labelled(effect, ci, margin, **extra):
@@ -72,26 +81,38 @@ def labelled(effect, ci, margin, **extra):
     can_say_equal: whether its width fits inside the margin at all)."""
     ci = [float(q) for q in ci]
     half = (ci[1] - ci[0]) / 2
-    return dict(label=effect_label(ci, margin), effect=float(effect), ci=ci, margin=margin, detectable=half,
-                can_say_equal=bool(half < margin), **extra)
+    label = effect_label(ci, margin)
+    return dict(label=label, within_margin=label in ('better', 'worse') and -margin < ci[0] and ci[1] < margin,
+                effect=float(effect), ci=ci, margin=margin, detectable=half, can_say_equal=bool(half < margin),
+                **extra)
 
 
 def _effect(effect, boots, margin, **extra):
     return labelled(effect, np.percentile(boots, [2.5, 97.5]), margin, **extra)
 
 
-def seed_effect(effects, margin, min_seeds=MIN_SEEDS):
+def seed_effect(effects, margin, min_seeds=MIN_SEEDS, shared_draws=False):
     """
-    A method's effect over its training seeds (one effect a seed, each an arm against its own control): the mean
-    with a t interval over the seeds, labelled by the same rules. With fewer than min_seeds seeds the label is
-    'unresolved' whatever the interval (a claim about a method is a claim over seeds).
+    A method's effect over its training seeds (effects: one a seed, each an arm against a control, as a number or a
+    labelled effect): the mean with a t interval over the seeds, labelled by the same rules. When every seed had its
+    own controls and draws, the spread between seeds holds all the noise: the t interval reads it alone. When the
+    seeds shared them (shared_draws: the same control samples, prompts and windows for every seed), that noise is
+    common to every seed and cancels from their spread, so the seeds' bootstrap half-width (the root mean square of
+    their 95% intervals' half-widths) joins the t half-width in quadrature. With fewer than min_seeds seeds the label
+    is 'unresolved' whatever the interval (a claim about a method is a claim over seeds).
     """
     from scipy import stats
-    e = np.asarray(effects, dtype=np.float64)
-    half = stats.t.ppf(0.975, e.size - 1) * e.std(ddof=1) / np.sqrt(e.size) if e.size > 1 else np.inf
-    out = labelled(e.mean(), [e.mean() - half, e.mean() + half], margin, seeds=int(e.size))
+    e = np.asarray([x['effect'] if isinstance(x, dict) else x for x in effects], dtype=np.float64)
+    # the between-seed half-width (t, k - 1 degrees of freedom) and, for shared draws, the seeds' mean bootstrap
+    # half-width, added in quadrature: the interval widens with either part and is the t interval when draws are own
+    between = stats.t.ppf(0.975, e.size - 1) * e.std(ddof=1) / np.sqrt(e.size) if e.size > 1 else np.inf
+    boot = np.sqrt(np.mean([((x['ci'][1] - x['ci'][0]) / 2) ** 2 for x in effects])) if shared_draws else 0.0
+    half = np.hypot(between, boot)
+    out = labelled(e.mean(), [e.mean() - half, e.mean() + half], margin, seeds=int(e.size),
+                   interval='t over seeds + each seed\'s bootstrap (shared draws)' if shared_draws
+                   else 't over seeds (own draws)')
     if e.size < min_seeds:
-        out['label'] = 'unresolved'
+        out.update(label='unresolved', within_margin=False)
     return out
 
 
@@ -110,9 +131,10 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
     The two-sample test's effect: AUC(control) - AUC(arm), positive when the arm's text is the closer to natural
     text, both read by one referee trained on both sides' samples (two_sample.joint_scores), averaged over `refits`
     fits of that referee on other folds; the arm and the control weigh alike in its training (a control mixed from
-    two sweep points weighs as much as the arm, each point by its share). Its 95% interval resamples the referee's
-    fit with the natural windows and the prompts (each resample draws one fit and the same prompts for every side),
-    so it holds the classifiers' spread as well as the texts'. control is a point, or the matched temperature's mix
+    two sweep points weighs as much as the arm, each point by its share). Its 95% interval resamples the natural
+    windows and the prompts (the same prompts for every side) and the fits (as many as the effect averages, drawn
+    with replacement), and reads each resample as the effect is read, the mean over its fits: the interval holds the
+    texts' spread and the fit spread of a mean of `refits` fits, not of one (refit_sd: the sd over the fits apart). control is a point, or the matched temperature's mix
     of two sweep points (c2st_parts: [(weight, point)]). None where a side kept no texts or the sides were not
     measured on the same natural windows.
     """
@@ -129,11 +151,16 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
         p_natural, p_sets = fits[fit]
         return (sum(w * auc(p[prompts], p_natural[natural]) for (w, _), p in zip(parts, p_sets[1:]))
                 - auc(p_sets[0][prompts], p_natural[natural]))
+
+    def mean_difference(chosen, natural, prompts):  # the effect is the mean over `refits` fits: so is each resample
+        return float(np.mean([difference(r, natural, prompts) for r in chosen]))
     n, rng = len(arm['c2st_natural_texts']), np.random.default_rng(seed)
-    boots = [difference(rng.integers(refits), rng.integers(0, n, n), rng.integers(0, n, n)) for _ in range(BOOTSTRAP)]
-    effect = float(np.mean([difference(r, slice(None), slice(None)) for r in range(refits)]))
+    boots = [mean_difference(rng.integers(0, refits, refits), rng.integers(0, n, n), rng.integers(0, n, n))
+             for _ in range(BOOTSTRAP)]
+    per_fit = [difference(r, slice(None), slice(None)) for r in range(refits)]
     arm_auc = float(np.mean([auc(p_sets[0], p_natural) for p_natural, p_sets in fits]))
-    return _effect(effect, boots, AUC_MARGIN, arm_auc=arm_auc, control_auc=arm_auc + effect, refits=refits)
+    return _effect(np.mean(per_fit), boots, AUC_MARGIN, arm_auc=arm_auc, control_auc=arm_auc + np.mean(per_fit),
+                   refits=refits, refit_sd=float(np.std(per_fit, ddof=1)) if refits > 1 else 0.0)
 
 
 def matched_temperature(points, entropy):
@@ -213,13 +240,21 @@ def cycle_verdict(arm, mle, matched, judge_off=None):
                 margins=dict(c2st_auc=AUC_MARGIN, perplexity=PPL_MARGIN), **summary)
 
 
+def own_draws(verdicts):
+    """Whether each seed's verdict had its own controls and draws: every verdict records its draw seed
+    (run_cycles.py's draw_seed), and no two are the same. Verdicts made before the draw seed was recorded shared
+    them (bench_arms copied one seed's controls to every other)."""
+    seeds = [v.get('draw_seed') for v in verdicts]
+    return None not in seeds and len(set(seeds)) == len(seeds)
+
+
 def method_verdict(verdicts, control):
     """A method's verdict against one control over its trainer seeds (verdicts: one cycle_verdict a seed): the
-    two-sample and perplexity effects read at the seed unit (seed_effect), None where a seed lacks that effect."""
-    out = {}
+    two-sample and perplexity effects read at the seed unit (seed_effect; a t interval alone where every seed had
+    its own draws, else with each seed's bootstrap variance added), None where a seed lacks that effect."""
+    out, shared = {}, not own_draws(verdicts)
     for key, margin in (('c2st_effect', AUC_MARGIN), ('perplexity_effect', PPL_MARGIN)):
         effects = [v['verdicts'].get(control, {}).get(key) for v in verdicts]
         out[key] = None if not effects or any(e is None for e in effects) else \
-            seed_effect([e['effect'] for e in effects], margin)
+            seed_effect(effects, margin, shared_draws=shared)
     return out
-

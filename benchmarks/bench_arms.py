@@ -2,10 +2,11 @@
 The arms of the self-play question, side by side on a finished default run: the judge arms (the frozen pointwise
 judge of the seed, online, token-level with and without per-token advantages, a stronger trunk, online + token),
 SPIN (plain and with an NLL term) and GRPO with real text in its loss. Each arm is the default cycle with a few
-settings changed, run by run_cycles.py in a copy of the default run's directory, so base v1, its evaluation, its
-temperature sweep and (when the cycle's FLOPs are unchanged) the MLE control are shared, and only what the arm
-changes is rebuilt. Seeds repeat an arm's trainer (run_cycles --trainer_seed) on the same base, judge data and
-controls.
+settings changed, run by run_cycles.py in a copy of the default run's directory, so base v1 is shared and only what
+the arm changes is rebuilt. Seeds repeat an arm on the same base v1 (run_cycles --trainer_seed s), each with its own
+draws: its judge's data and training, its evaluations' prompts, windows and samples, its temperature sweep and its
+MLE and judge-off controls, all seeded from s; arms run with the same seed share that seed's controls (a copy of the
+seed's first run, whose stages the manifests keep where their commands are the same).
 
   python benchmarks/bench_arms.py [--run runs/cycles_shakespeare_char] [--out runs/bench_arms] [--arms a,b]
       [--seeds 0,2000,3000] [--cycles 1] [--png docs/arms_quality_diversity.png]
@@ -37,7 +38,7 @@ from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import _plt, base_train_args, first_last, load_json  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
 from judge import pair_accuracy, reward_metrics  # noqa: E402
-from verdict import fresh_judge_figure, method_verdict  # noqa: E402
+from verdict import fresh_judge_figure, label_text, method_verdict  # noqa: E402
 
 
 # every arm starts from the seed's judge design as the default config had it before the arms table (mean-pooled,
@@ -150,6 +151,9 @@ def arms(run):
         # direction towards the distillation gradient, less the sequence-level noise) at three times the rate: at lr
         # 1e-3 the mixed update first moved away from the teacher (forward KL 0.29 -> 0.35 in 25 steps)
         'teacher_plateau_forward_w10': ('plateau teacher reward + exact forward KL x10, lr 3e-4', forward_w10),
+        # the exact term alone (no sampled reward in the advantages): what the distillation gradient earns by itself
+        'teacher_plateau_forward_w10_exact': ('plateau teacher: exact forward KL x10 alone, lr 3e-4 (no sampled reward)',
+                                              forward_w10 + ['--grpo_teacher_sampled=False']),
         # the budget: the same at three times the steps (its judge-off control runs as long)
         'teacher_plateau_forward_w10_600': ('plateau teacher reward + exact forward KL x10, lr 3e-4, 600 steps',
                                             forward_w10 + ['--grpo_max_steps=600']),
@@ -196,7 +200,10 @@ def judge_quality(judge_path, data_dir):
 def verdict_cell(v, control):
     """'fresh judges, two-sample, ppl' labels of one control ('–' where the cycle has no such control)."""
     x = v['verdicts'].get(control)
-    return f"{x['fresh_judges']}, {x.get('c2st') or '–'}, {x['perplexity']}" if x else '–'
+    if not x:
+        return '–'
+    c2st = label_text(x['c2st_effect']) if x.get('c2st_effect') else '–'
+    return f"{x['fresh_judges']}, {c2st}, {label_text(x['perplexity_effect'])}"
 
 
 def arm_row(name, out, n, e, v):
@@ -237,7 +244,8 @@ def arm_row(name, out, n, e, v):
 
 def method_cell(runs, control):
     """The arm's verdict on the method against one control, over its seeds (verdict.method_verdict: a t interval
-    over the per-seed effects, 'unresolved' under 3 seeds): 'two-sample label effect [ci]; ppl label effect [ci]'."""
+    over the per-seed effects, with each seed's bootstrap variance added where the seeds shared their draws;
+    'unresolved' under 3 seeds): 'two-sample label effect [ci]; ppl label effect [ci]'."""
     m = method_verdict([v for _, v in runs], control)
     if m['c2st_effect'] is None and m['perplexity_effect'] is None:
         return '–'
@@ -245,8 +253,9 @@ def method_cell(runs, control):
         if e is None:
             return '–'
         if e['seeds'] < 2:  # no spread over one seed: its effect, unresolved as a method
-            return f"**{e['label']}** ({e['effect']:{spec}}, 1 seed)"
-        return f"**{e['label']}** {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}]"
+            return f"**{label_text(e)}** ({e['effect']:{spec}}, 1 seed)"
+        shared = '' if e['interval'].endswith('(own draws)') else ' (shared draws)'
+        return f"**{label_text(e)}** {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}]{shared}"
     return f"{cell(m['c2st_effect'], '.3f')}; {cell(m['perplexity_effect'], '.1%')}"
 
 
@@ -312,8 +321,8 @@ def main():
     p.add_argument('--config', default=os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py'),
                    help="run_cycles.py config file(s), comma-separated (later ones overlay earlier ones)")
     p.add_argument('--out', default='runs/bench_arms')
-    p.add_argument('--seeds', default='0', help="comma-separated trainer seeds per arm (0: the cycle's own); the "
-                   "base, its judge data and the controls stay shared")
+    p.add_argument('--seeds', default='0', help="comma-separated seeds per arm (0: the cycle's own); base v1 is "
+                   "shared, each seed has its own judge data, evaluations and controls")
     p.add_argument('--cycles', type=int, default=1, help="cycles per arm (each later cycle has its own controls)")
     p.add_argument('--arms', default='', help="comma-separated arms, of: " + ', '.join(arms('')) + " (default: all)")
     p.add_argument('--png', default='', help="the quality-diversity plane (default: OUT/arms_quality_diversity.png)")
@@ -324,7 +333,7 @@ def main():
     unknown = sorted(set(chosen) - set(table))
     if unknown:
         sys.exit(f"error: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(table)}")
-    rows, results, outs = [], {}, []
+    rows, results, outs, by_seed = [], {}, [], {}
     for arm in (arm for arm in chosen if arm.startswith('teacher')):
         if not run:
             sys.exit("error: the teacher arms' teachers are trained from a finished run's base v1: pass --run")
@@ -333,9 +342,8 @@ def main():
         for seed in [int(s) for s in a.seeds.split(',')]:
             name, overrides = table[arm]
             out = os.path.join(a.out, arm + (f'_seed{seed}' if seed else ''))
-            if not os.path.exists(out):  # a repeat starts from the arm's first run: its judge and controls stay
-                first = os.path.join(a.out, arm)
-                source = first if seed and os.path.exists(first) else run or (outs[0] if outs else '')
+            if not os.path.exists(out):  # base v1 from the run; a seed's own controls from its first arm, if any
+                source = by_seed.get(seed) or run or (outs[0] if outs else '')
                 if source:
                     shutil.copytree(source, out)
                 else:  # --run '': this arm builds base v1 and the controls itself
@@ -345,6 +353,7 @@ def main():
                             f'--out_dir={out}', f'--num_cycles={a.cycles}', *SEED_DESIGN, *overrides]
                            + ([f'--trainer_seed={seed}'] if seed else []), check=True)
             outs.append(out)
+            by_seed.setdefault(seed, out)
             for n in range(1, a.cycles + 1):
                 e = json.load(open(os.path.join(out, f'eval_v{n + 1}.json')))[0]
                 v = json.load(open(os.path.join(out, f'verdict_v{n}.json')))
@@ -367,7 +376,7 @@ def main():
     print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
     print('\n'.join(summary_rows(results)))
     png = a.png or os.path.join(a.out, 'arms_quality_diversity.png')
-    plot_arms(results, run or outs[0], outs, png)
+    plot_arms(results, outs[0], outs, png)
     print(f"\nquality-diversity plane: {png}")
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 from data_loader import data_path  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN  # noqa: E402
-from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect  # noqa: E402
+from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, label_text, perplexity_effect, seed_effect  # noqa: E402
 
 
 def plant_invented_words(texts, share, seed, letters='bcdfghjklmnpqrstvwxz'):
@@ -65,7 +65,7 @@ def row(name, expected, effects, margin, spec):
     e = seed_effect(effects, margin)
     per_seed = ', '.join(format(x, spec) for x in effects)
     return (f"| {name} | {expected} | {per_seed} | {e['effect']:{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}] | "
-            f"± {e['detectable']:{spec}} | **{e['label']}** |")
+            f"± {e['detectable']:{spec}} | **{label_text(e)}** |")
 
 
 def main():

@@ -1,12 +1,13 @@
 """
 Re-reads every labelled effect the docs print ('equal, −0.017 (−0.028, −0.007)' or 'equal (arm AUC lower by -0.017
-[-0.028, -0.007], margin 0.030)') under today's rule (verdict.effect_label: 'equal' only when the whole 95% interval
-lies inside the margin) and lists the labels that change. An effect printed in % is a perplexity effect (margin
-1%), any other a two-sample AUC effect (margin 0.03). The intervals in the docs were computed before the referee's
-refit joined them, so they are, if anything, narrower than today's: a label that survives here may still read
-'unresolved' when its run is rebuilt.
+[-0.028, -0.007], margin 0.030)') under today's rule (verdict.effect_label: 'better'/'worse' when the 95% interval
+excludes 0, '(within margin)' added when it also lies inside the margin; 'equal' when it includes 0 inside the
+margin; else 'unresolved') and lists the labels that change; --write puts today's labels in the files. An effect
+printed in % is a perplexity effect (margin 1%), any other a two-sample AUC effect (margin 0.03). A label re-read
+here keeps its printed interval: where a method's interval came from seeds that shared their controls, that
+interval holds the arm's noise only, and the text beside it must say so (the tool cannot tell).
 
-  python benchmarks/reread_verdicts.py [docs/*.md README.md]
+  python benchmarks/reread_verdicts.py [--write] [docs/*.md README.md]
 """
 import glob
 import os
@@ -15,16 +16,25 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from verdict import AUC_MARGIN, PPL_MARGIN, effect_label  # noqa: E402
+from verdict import AUC_MARGIN, PPL_MARGIN, label_text, labelled  # noqa: E402
 
-NUMBER = r'[−-]?\d+(?:\.\d+)?%?'
-# 'label, effect (lo, hi)' as the arms tables print it, and the report's 'label** (... effect [lo, hi], margin m)'
-PATTERNS = [re.compile(rf"(equal|better|worse|unresolved)\**,? ({NUMBER}) \(({NUMBER}), ({NUMBER})\)"),
-            re.compile(rf"\*\*(equal|better|worse|unresolved)\*\* \([^()\[\]]*? ({NUMBER}) \[({NUMBER}), ({NUMBER})\]")]
+NUMBER = r'[+−-]?\d+(?:\.\d+)?%?'
+LABEL = r'(equal|better|worse|unresolved)((?: \(within margin\))?)'
+# 'label, effect (lo, hi)' as the arms tables print it, the report's 'label** (... effect [lo, hi], margin m)' and the
+# README's and the notes' 'label effect [lo, hi]' (an interval's bounds in the effect's unit, % or not)
+PATTERNS = [re.compile(rf"{LABEL}(\**,? )({NUMBER}) \(({NUMBER}), ({NUMBER})\)"),
+            re.compile(rf"\*\*{LABEL}(\*\* \([^()\[\]]*? )({NUMBER}) \[({NUMBER}), ({NUMBER})\]"),
+            re.compile(rf"{LABEL}(\** )({NUMBER}) \[({NUMBER}), ({NUMBER})\]")]
 
 
-def value(text):
-    return float(text.replace('−', '-').rstrip('%')) / (100 if text.endswith('%') else 1)
+def value(text, percent):
+    return float(text.replace('−', '-').rstrip('%')) / (100 if percent else 1)
+
+
+def new_label(effect, lo, hi):
+    percent = effect.endswith('%')
+    margin = PPL_MARGIN if percent else AUC_MARGIN
+    return label_text(labelled(value(effect, percent), [value(lo, percent), value(hi, percent)], margin))
 
 
 def reread(path):
@@ -33,13 +43,27 @@ def reread(path):
     for n, line in enumerate(open(path, encoding='utf-8'), 1):
         for pattern in PATTERNS:
             for m in pattern.finditer(line):
-                label, effect, lo, hi = m.groups()
-                margin = PPL_MARGIN if effect.endswith('%') else AUC_MARGIN
-                found.append((n, label, effect, f"({lo}, {hi})", effect_label([value(lo), value(hi)], margin)))
+                label, within, _, effect, lo, hi = m.groups()
+                found.append((n, label + within, effect, f"({lo}, {hi})", new_label(effect, lo, hi)))
     return found
 
 
-def main(paths):
+def rewrite(path):
+    """The file with every labelled effect carrying today's label."""
+    def sub(m):
+        label, within, between, effect, lo, hi = m.groups()
+        start = m.group(0).index(label)
+        return m.group(0)[:start] + new_label(effect, lo, hi) + m.group(0)[start + len(label + within):]
+    text = open(path, encoding='utf-8').read()
+    for pattern in PATTERNS:
+        text = pattern.sub(sub, text)
+    return text
+
+
+def main(argv):
+    write = '--write' in argv
+    paths = [p for p in argv if p != '--write'] or \
+        sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [os.path.join(ROOT, 'README.md')]
     total = changed = 0
     for path in paths:
         for n, old, effect, ci, new in reread(path):
@@ -47,9 +71,14 @@ def main(paths):
             if old != new:
                 changed += 1
                 print(f"{os.path.relpath(path, ROOT)}:{n}: {old} -> {new}: {effect} {ci}")
-    print(f"{changed} of {total} labelled effects change under the rule that 'equal' needs the whole interval "
-          f"inside the margin")
+        if write:
+            text = rewrite(path)
+            with open(path + '.tmp', 'w', encoding='utf-8') as f:
+                f.write(text)
+            os.replace(path + '.tmp', path)
+    print(f"{changed} of {total} labelled effects change under the monotone rule"
+          + (' (written)' if write else ''))
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:] or sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [os.path.join(ROOT, 'README.md')])
+    main(sys.argv[1:])

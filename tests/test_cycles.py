@@ -184,6 +184,30 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     assert_consistent(out)
 
 
+def test_each_seed_of_a_method_draws_its_own_controls(cycle_run, char_data, tmp_path):
+    """A repeat of the method (trainer_seed s, as bench_arms runs its seeds) keeps base v1 and draws everything after
+    it anew: its judge's data, its evaluations' windows, prompts and samples, its temperature sweep, its MLE and
+    judge-off controls; its verdict records the draw seed, so the method's interval knows its seeds' draws differ."""
+    out = tmp_path / 'seed2000'
+    shutil.copytree(cycle_run[0], out)
+    ran = stages_run(cycles(out, char_data, '--num_cycles=1', '--trainer_seed=2000'))
+    assert 'base v1' not in ran and {'evaluate v1', 'cycle 1: MLE control', 'cycle 1: judge-off control',
+                                     'temperature sweep of base v1', 'cycle 1: reward data'} <= set(ran), ran
+    first = cycle_run[0]
+    for name in ('mle_v2.pt', 'judgeoff_v2.pt', 'base_model_v2.pt', 'reward_model_v1.pt'):
+        a, b = (load_checkpoint(str(d / name))['model'] for d in (first, out))
+        assert any(not torch.equal(a[k], b[k]) for k in a), name
+    for name in ('eval_v1.json', 'sweep_v1.json', 'eval_mle_v2.json', 'eval_judgeoff_v2.json'):
+        a, b = (json.loads((d / name).read_text())[0] for d in (first, out))
+        assert a['c2st_sample_texts'] != b['c2st_sample_texts'], name
+    v1 = [json.loads((d / 'eval_v1.json').read_text())[0] for d in (first, out)]
+    assert v1[0]['c2st_natural_texts'] != v1[1]['c2st_natural_texts']
+    verdicts = [json.loads((d / 'verdict_v1.json').read_text()) for d in (first, out)]
+    assert [v['draw_seed'] for v in verdicts] == [1337, 2000]
+    from verdict import own_draws
+    assert own_draws(verdicts)
+
+
 def test_bpe_cycle_runs_every_stage(tmp_path, bpe_data):
     """GPT-2 BPE end to end on a tiny model: base, reward data, judge, GRPO and the instruments with a fresh judge.
     The controls are the same stages on other checkpoints (train.py from a checkpoint, GRPO, evaluate), run on BPE by
@@ -393,39 +417,6 @@ def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
     assert frozen.reward_max_blocks == online.reward_max_blocks == 30000 and frozen.reward_eval_interval == 200
     assert not frozen.grpo_judge_update_interval and online.grpo_judge_learning_rate == 3e-5
     assert frozen.grpo_nll_weight == online.grpo_nll_weight == 1.0
-
-
-def test_the_recovery_benchmark_plays_each_judge_at_the_positive_controls_settings(monkeypatch, tmp_path):
-    """bench_recovery's judge arms play the judge, not the reward of the run whose base they start from, at the
-    positive controls' GRPO settings; each judge frozen and co-trained; two judges of one run folder are refused."""
-    from configurator import configure
-    from run_cycles import DEFAULTS
-    monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
-    import bench_arms
-    import bench_recovery
-    run_config = configure(DEFAULTS, [os.path.join(ROOT, 'config', 'cycles_shakespeare_char.py')]
-                           + bench_arms.arms('runs/x')['teacher_plateau_forward_w10'][1])
-    for loss in ('mse', 'binary'):
-        torch.save({'config': {'loss': loss}}, tmp_path / f'{loss}.pt')
-        for play, overrides in bench_recovery.judge_plays(str(tmp_path / f'{loss}.pt')).items():
-            cmd = bench_recovery.judge_arm_cmd('runs/x', run_config, overrides, 'judge.pt', 'out.pt')
-            assert '--reward_model_path=judge.pt' in cmd and '--max_steps=200' in cmd and '--beta=0.04' in cmd
-            assert '--learning_rate=0.0001' in cmd and '--scale_rewards=group' in cmd
-            assert '--reward_threshold=2.0' in cmd  # equal steps: a hacked judge's reward does not end the arm
-            assert not any(a.startswith(('--reward=', '--teacher', '--token_advantages', '--nll_weight')) for a in cmd)
-            assert ('--judge_update_interval=1' in cmd) == (play != 'frozen'), play
-            # a binary whole-window judge learns natural windows against the rollouts, at the rate that keeps its sight
-            assert ('--judge_natural_windows=64' in cmd) == ('--judge_learning_rate=3e-05' in cmd) \
-                == (loss == 'binary' and play != 'frozen'), (loss, play)
-    ngram = bench_recovery.judge_arm_cmd('runs/x', run_config, bench_arms.NGRAM, 'judge.pt', 'out.pt')
-    assert '--judge=ngram' in ngram and '--reward_model_path=judge.pt' not in ngram
-    assert bench_recovery.judge_names(['a/run1/reward_model_v1.pt', 'b/run2/r.pt']) == ['run1', 'run2']
-    with pytest.raises(SystemExit, match='distinct run folders'):
-        bench_recovery.judge_names(['a/run1/reward_model_v1.pt', 'b/run1/reward_model_v1.pt'])
-    log = tmp_path / 'log.jsonl'
-    log.write_text(''.join(json.dumps(dict(step=i, reward=0.1 * (i >= 10), judge_sight=0.9)) + '\n' for i in range(20)))
-    assert bench_recovery.own_figures(str(log)) == ('0.000 → 0.100', '0.900 → 0.900')
-    assert bench_recovery.own_figures('') == ('–', '–')
 
 
 def test_the_arms_table_reads_the_judges_sight_before_after_and_judge_off(cycle_run, monkeypatch):
