@@ -23,6 +23,9 @@ evaluated ones. For each checkpoint and sampling temperature (a "point"):
   A judge whose kept checkpoint is its untrained start (it never beat its first evaluation) is blind: its figures
   are the constant predictor's, whatever the text; a point whose judges are all blind is flagged
   (fresh_judge_blind), and a verdict read from it says 'blind';
+- with --reward_model, that judge on the two-sample windows below: its sight (the AUC of its P(natural), natural
+  windows against the samples) and its worth in nats (worth.py: the Donsker-Varadhan bound of its log-odds, the
+  likelihood gain its tilt of this generator is sure of, its scale chosen on half the windows, read on the other);
 - the classifier two-sample test (C2ST; Lopez-Paz & Oquab 2017), a referee that reads no model: a logistic
   regression on TF-IDF char n-grams and word unigrams tells the natural reference windows from the samples, the
   shared prompt length cut from both, over stratified folds; the AUC of the pooled out-of-fold scores, with its
@@ -50,6 +53,7 @@ from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
 from two_sample import C2ST_FOLDS, PROMPT_LEN, continuation_texts, eval_windows, two_sample_test
+from worth import dv_bound, log_odds
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # the fresh judges' recipes: (the crossover_k of their data, the train_reward_model.py options fixed by the recipe,
@@ -118,10 +122,15 @@ def trunk_signature(state_dict):
 
 @torch.no_grad()
 def sight_figures(judge, reference, samples, seed):
-    """A judge's P(natural) means and sight (AUC, natural windows against samples, with its bootstrap sd)."""
-    p_natural, p_samples = [judge(x)[0][:, 0].cpu().numpy() for x in (reference, samples)]
+    """A judge's P(natural) means, its sight (AUC, natural windows against samples, with its bootstrap sd) and its
+    worth in nats (worth.dv_bound of its log-odds: natural windows against the samples, per window and per
+    completion token)."""
+    probs_natural, probs_samples = [judge(x)[0].double().cpu().numpy() for x in (reference, samples)]
+    p_natural, p_samples = probs_natural[:, 0], probs_samples[:, 0]
+    worth = dv_bound(log_odds(probs_natural), log_odds(probs_samples), seed)
     return dict(mean_p_natural=float(p_samples.mean()), mean_p_natural_of_natural_text=float(p_natural.mean()),
-                sight_auc=sight_auc(p_natural, p_samples), sight_auc_sd=sight_auc_sd(p_natural, p_samples, seed))
+                sight_auc=sight_auc(p_natural, p_samples), sight_auc_sd=sight_auc_sd(p_natural, p_samples, seed),
+                **worth, dv_per_token=worth['dv'] / (reference.shape[1] - PROMPT_LEN))
 
 
 def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, temperature, top_k, max_blocks,
@@ -197,7 +206,7 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
         sight = sight_figures(reward_model, *windows, A.seed)
         figures.update(mean_p_natural=sight['mean_p_natural'],
                        mean_p_natural_of_natural_text=sight['mean_p_natural_of_natural_text'],
-                       judge_sight_auc=sight['sight_auc'], judge_sight_auc_sd=sight['sight_auc_sd'])
+                       **{'judge_' + k: v for k, v in sight.items() if k.startswith(('sight', 'dv'))})
     figures['samples'] = texts[:3]
     if A.judge_seeds:
         seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]
@@ -216,8 +225,9 @@ def parse_args(argv):
     p.add_argument('--out', default='eval.json')
     p.add_argument('--temperatures', default='1.0', help="comma-separated sampling temperatures, each a point")
     p.add_argument('--top_k', type=lambda s: None if s == 'None' else int(s), default=None)
-    p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples and "
-                   "sight (AUC, natural windows against the samples) are reported")
+    p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples, "
+                   "sight (AUC, natural windows against the samples) and worth in nats (the Donsker-Varadhan bound "
+                   "of its log-odds, worth.py) are reported")
     p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')

@@ -656,6 +656,23 @@ def off_sight(c):
     return f" ({fmt(off['judge_sight_auc'], '.3f', off.get('judge_sight_auc_sd'))})" if 'judge_sight_auc' in off else ''
 
 
+def judge_worth(e):
+    """'0.12 [0.03, 0.21]; ×1.5': a judge's DV on a point's samples (evaluate.py --reward_model), '–' if unread."""
+    if 'judge_dv' not in e:
+        return '–'
+    return f"{e['judge_dv']:.2f} [{e['judge_dv_ci'][0]:.2f}, {e['judge_dv_ci'][1]:.2f}]; ×{e['judge_dv_scale']:g}"
+
+
+def mle_gain(c):
+    """The MLE control's likelihood gain over the cycle's base in the judge's currency: the fall of the whole-split
+    val cross-entropy per token, times the tokens a two-sample window's sample writes (its length less the prompt)."""
+    base, mle = c['sweep'][0], c.get('mle', {})
+    if 'val_cross_entropy' not in mle or 'val_cross_entropy' not in base:
+        return '–'
+    from two_sample import PROMPT_LEN
+    return fmt((base['val_cross_entropy'] - mle['val_cross_entropy']) * (base['sample_length'] - PROMPT_LEN), '.2f')
+
+
 def point_row(label, e):
     blind = ' (blind)' if e.get('fresh_judge_blind') else \
         f" ({e['fresh_judge_blind_count']} blind)" if e.get('fresh_judge_blind_count') else ''
@@ -720,7 +737,8 @@ def verdict_lines(c):
     return [f"**Cycle {c['cycle']} verdict, this checkpoint against each control's** (one training run a side: a "
             f"claim about the method reads several trainer seeds, each with its own controls and draws, "
             f"`benchmarks/bench_arms.py`; 'better'/'worse' when the 95% interval excludes 0, 'equal' when it includes "
-            f"0 inside the margin, else 'unresolved'; draws seeded {v.get('draw_seed', C.seed)}; computed in "
+            f"0 inside the margin, else 'unresolved'; "
+            + (f"draws seeded {v['draw_seed']}; " if 'draw_seed' in v else '') + f"computed in "
             f"`verdict_v{c['cycle']}.json`; {mle}; matched "
             f"temperature T* = {m['temperature']:.3f}{where}): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else
@@ -767,15 +785,16 @@ def write_report(out, C, current):
              f"`docs/grpo_cycle.md`.", '', '## Generator versions', ''] + POINT_HEADER
     lines += [point_row(f"v{e['version']}", e) for e in versions]
     lines += ['', '| cycle | judge test R² | judge boundary err | judge sight (AUC, two-sample windows) on the cycle\'s '
-              'base → on the new base (on the judge-off control) | '
+              'base → on the new base (on the judge-off control) | judge worth on the cycle\'s base (DV of its '
+              'log-odds, nats per window [95%]; its scale) | the MLE control\'s gain (nats per window) | '
               "GRPO reward first 10 → last 10 steps | judge boundary err on each step's unseen rollouts, first 10 → "
               "last 10 | judge sight on each step's unseen rollouts (AUC), first 10 → last 10 | raw group std of "
-              "rewards | saved policy KL | stopped by |", '|---|---|---|---|---|---|---|---|---|---|']
+              "rewards | saved policy KL | stopped by |", '|---|---|---|---|---|---|---|---|---|---|---|---|']
     for c in cycles:
         rm, g = c.get('rm', {}), c.get('trained')
         h = g['history'] if g else []
         if g and C.trainer == 'spin':  # no separate judge; the model's own margin on held-out prompts
-            lines.append(f"| {c['cycle']} (SPIN) | – | – | – | held-out margin (log π − log π_ref)(real − generated): "
+            lines.append(f"| {c['cycle']} (SPIN) | – | – | – | – | – | held-out margin (log π − log π_ref)(real − generated): "
                          f"{fmt(g['start']['heldout_margin'])} → {fmt(h[-1]['heldout_margin'])} | – | – | – | – | "
                          f"{g['stop_reason']} |")
             continue
@@ -783,7 +802,7 @@ def write_report(out, C, current):
         lines.append(f"| {c['cycle']} | {fmt(rm.get('r2'))} | {fmt(rm.get('boundary_error'), '.1f')} | "
                      f"{fmt(before.get('judge_sight_auc'), '.3f', before.get('judge_sight_auc_sd'))} → "
                      f"{fmt(c['arm'].get('judge_sight_auc'), '.3f', c['arm'].get('judge_sight_auc_sd'))}"
-                     f"{off_sight(c)} | "
+                     f"{off_sight(c)} | {judge_worth(before)} | {mle_gain(c)} | "
                      + (f"{first_last(h, 'reward')} | {first_last(h, 'judge_boundary_error')} | {first_last(h, 'judge_sight')} | "
                         f"{fmt(sum(x['reward_group_std'] for x in h) / len(h), '.4f')} | "
                         f"{fmt(g.get('final_kl'), '.4f')} | {g['stop_reason']} |" if g else '– | – | – | – | – | – |'))

@@ -134,9 +134,9 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
     two sweep points weighs as much as the arm, each point by its share). Its 95% interval resamples the natural
     windows and the prompts (the same prompts for every side) and the fits (as many as the effect averages, drawn
     with replacement), and reads each resample as the effect is read, the mean over its fits: the interval holds the
-    texts' spread and the fit spread of a mean of `refits` fits, not of one (refit_sd: the sd over the fits apart). control is a point, or the matched temperature's mix
-    of two sweep points (c2st_parts: [(weight, point)]). None where a side kept no texts or the sides were not
-    measured on the same natural windows.
+    texts' spread and the fit spread of a mean of `refits` fits, not of one (refit_sd: the sd over the fits apart).
+    control is a point, or the matched temperature's mix of two sweep points (c2st_parts: [(weight, point)]). None
+    where a side kept no texts or the sides were not measured on the same natural windows.
     """
     parts = control.get('c2st_parts') or [(1.0, control)]
     points = [arm] + [p for _, p in parts]

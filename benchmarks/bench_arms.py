@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import data_path  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
-from run_cycles import _plt, base_train_args, first_last, load_json  # noqa: E402
+from run_cycles import _plt, base_train_args, first_last, judge_worth, load_json  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
 from judge import pair_accuracy, reward_metrics  # noqa: E402
 from verdict import fresh_judge_figure, label_text, method_verdict  # noqa: E402
@@ -223,11 +223,14 @@ def arm_row(name, out, n, e, v):
         pair = f" / {q['pair_accuracy']:.3f}" if 'pair_accuracy' in q else ''
         sight = os.path.join(out, f'sight_v{n}.json')  # the offline judge on base v{n}'s samples -> the new base's
         if os.path.exists(sight) and 'judge_sight_auc' in e:
-            pair += f"; sight {load_json(sight)[0]['judge_sight_auc']:.3f} → {e['judge_sight_auc']:.3f}"
+            before = load_json(sight)[0]
+            pair += f"; sight {before['judge_sight_auc']:.3f} → {e['judge_sight_auc']:.3f}"
             off = os.path.join(out, f'eval_judgeoff_v{n + 1}.json')  # and on the judge-off control's samples
             off = load_json(off)[0] if os.path.exists(off) else {}
             if 'judge_sight_auc' in off:
                 pair += f" ({off['judge_sight_auc']:.3f})"
+            if 'judge_dv' in before:  # what it knows of base v{n} in nats, before the game (worth.py)
+                pair += f"; worth {judge_worth(before)}"
         judge = (f"{q['r2']:.3f} / {q['boundary_error']:.1f}{pair} | {first_last(h, 'judge_boundary_error')} | "
                  f"{first_last(h, 'reward')} | {trained['final_kl']:.4f}")
         seconds = sum(x[f'time_{k}'] for x in h for k in ('generation', 'scoring', 'update'))
@@ -361,7 +364,8 @@ def main():
                 results.setdefault((name, n), []).append((e, v))
             print(f"{arm}, seed {seed}: done in {time.time() - t0:.0f} s", flush=True)
     print('\n| arm | cycle | its judge on held-out crossovers of the cycle\'s base: R² / boundary err (/ pair '
-          'accuracy; sight on the base → on the new version (on the judge-off control)) | judge boundary err on '
+          'accuracy; sight on the base → on the new version (on the judge-off control); worth on the base, DV nats '
+          '[95%]) | judge boundary err on '
           'unseen rollouts, first 10 → last 10 | reward (SPIN: held-out margin) | KL | '
           'val ppl | fresh judges: boundary err (↑) or, whole-window, sight (↓) | two-sample AUC (↓) | MAUVE | '
           'entropy | unknown words | vs MLE (fresh judges, two-sample, ppl) | vs temperature (same) | vs judge off '

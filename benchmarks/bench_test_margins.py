@@ -36,7 +36,8 @@ def fixtures(d):
     prepare_reward(ckpt, os.path.join(d, 'rd'), '--max_blocks', '12', data=data)
     train_tiny(data, os.path.join(d, 'gen'), '--max_iters=2', '--eval_interval=1')
     r = run_script('train_reward_model.py', f'--model_path={ckpt}', f'--data_dir={os.path.join(d, "rd")}',
-                   f'--out_path={os.path.join(d, "blind.pt")}', '--device=cpu', '--max_iters=0', '--reward_pooling=mean')
+                   f'--out_path={os.path.join(d, "blind.pt")}', '--device=cpu', '--max_iters=0',
+                   '--reward_pooling=mean')
     assert r.returncode == 0, r.stderr[-2000:]
     return ckpt
 

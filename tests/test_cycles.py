@@ -43,17 +43,17 @@ def test_verdict_rule_on_hand_made_figures():
     assert compare((8.0, 0.0, 3), (8.0, 0.0, 3), True) == 'unresolved'
     assert compare((8.1, 0.0, 3), (8.0, 0.0, 3), False) == 'worse'  # no spread: any difference decides
     assert compare((30.0, 0.0, 1), (25.0, 0.0, 1), True) == 'unresolved'  # one judge a side: no spread to test
-    # perplexity, lower is better: per-window cross-entropies, paired; 'equal' only when the interval is inside 1%
+    # perplexity, lower is better: per-window cross-entropies, paired; 'equal' when the interval holds 0 inside 1%
     rng = np.random.default_rng(0)
     control = rng.normal(2.0, 0.3, 500)
     better = perplexity_effect(control - 0.05 + rng.normal(0, 0.01, 500), control)
     assert better['label'] == 'better' and better['effect'] == pytest.approx(1 - np.exp(-0.05), abs=0.002)
     assert better['ci'][0] < better['effect'] < better['ci'][1]
     assert perplexity_effect(control + 0.05 + rng.normal(0, 0.01, 500), control)['label'] == 'worse'
-    # 0.1% lower, with a tiny spread: a t-test calls it better, the margin calls it equal
+    # 0.1% lower, with a tiny spread: a real difference, smaller than the margin
     tiny = perplexity_effect(control - 0.001 + rng.normal(0, 0.0001, 500), control)
-    assert tiny['ci'][0] > 0 and tiny['label'] == 'equal' and tiny['can_say_equal']
-    # 0.5% apart, inside the margin, but the interval reaches past it: the old rule said 'equal', TOST cannot
+    assert tiny['ci'][0] > 0 and tiny['label'] == 'better' and tiny['within_margin'] and tiny['can_say_equal']
+    # 0.5% apart, inside the margin, but the interval holds 0 and reaches past the margin: neither equal nor a difference
     wide = perplexity_effect(control + 0.005 + rng.normal(0, 0.15, 500), control)
     assert abs(wide['effect']) < 0.01 < max(-wide['ci'][0], wide['ci'][1]) and wide['label'] == 'unresolved'
     # 3% apart, but so noisy the interval holds 0
@@ -194,9 +194,13 @@ def test_each_seed_of_a_method_draws_its_own_controls(cycle_run, char_data, tmp_
     assert 'base v1' not in ran and {'evaluate v1', 'cycle 1: MLE control', 'cycle 1: judge-off control',
                                      'temperature sweep of base v1', 'cycle 1: reward data'} <= set(ran), ran
     first = cycle_run[0]
-    for name in ('mle_v2.pt', 'judgeoff_v2.pt', 'base_model_v2.pt', 'reward_model_v1.pt'):
+    for name in ('mle_v2.pt', 'reward_model_v1.pt'):
         a, b = (load_checkpoint(str(d / name))['model'] for d in (first, out))
         assert any(not torch.equal(a[k], b[k]) for k in a), name
+    # the tiny judge is nearly blind and the judge-off control has no signal, so neither policy need move far; each
+    # played its own rollouts
+    for name in ('grpo_v1_log.jsonl', 'judgeoff_v1_log.jsonl'):
+        assert (first / name).read_text() != (out / name).read_text(), name
     for name in ('eval_v1.json', 'sweep_v1.json', 'eval_mle_v2.json', 'eval_judgeoff_v2.json'):
         a, b = (json.loads((d / name).read_text())[0] for d in (first, out))
         assert a['c2st_sample_texts'] != b['c2st_sample_texts'], name

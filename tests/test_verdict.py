@@ -105,5 +105,6 @@ def test_the_docs_reread_finds_the_labels_that_change(tmp_path):
                      (2, 'equal', 'unresolved'), (3, 'equal', 'worse (within margin)'), (3, 'better', 'better')]
     from reread_verdicts import main
     main(['--write', str(page)])  # the page then prints today's labels, and a second reading changes none
-    assert '| 0 | worse, −0.021 (−0.032, −0.011)' in page.read_text() and '**worse (within margin)** (arm' in page.read_text()
+    text = page.read_text()
+    assert '| 0 | worse, −0.021 (−0.032, −0.011)' in text and '**worse (within margin)** (arm' in text
     assert all(old == new for _, old, _, _, new in reread(str(page)))
