@@ -73,3 +73,19 @@ def log_odds(probs, eps=1e-7):
     so that a saturated judge reads about ±16 rather than infinity)."""
     p = np.clip(np.asarray(probs, dtype=np.float64), eps, 1.0)
     return np.log(p[:, 0]) - np.log(p[:, 1])
+
+
+def tilt_choice(f, scale=1.0, best=False, generator=None):
+    """
+    The tilt pi·e^{scale·f} sampled without RL: for each row of f (n, K), the log-odds of K candidates drawn from pi
+    for one prompt, the index of the one kept. Importance resampling draws it with probability ∝ e^{scale·f}, which
+    samples the tilt exactly as K grows (sampling-importance-resampling); best=True keeps the argmax (best-of-K, the
+    tilt's mode-seeking limit as the scale grows).
+    """
+    f = np.asarray(f, dtype=np.float64)
+    if best:
+        return f.argmax(axis=1)
+    rng = generator if generator is not None else np.random.default_rng()
+    w = np.exp(scale * (f - f.max(axis=1, keepdims=True)))
+    cumulative = np.cumsum(w / w.sum(axis=1, keepdims=True), axis=1)
+    return np.minimum((cumulative < rng.random((len(f), 1))).sum(axis=1), f.shape[1] - 1)

@@ -190,7 +190,7 @@ def test_each_seed_of_a_method_draws_its_own_controls(cycle_run, char_data, tmp_
     judge-off controls; its verdict records the draw seed, so the method's interval knows its seeds' draws differ."""
     out = tmp_path / 'seed2000'
     shutil.copytree(cycle_run[0], out)
-    ran = stages_run(cycles(out, char_data, '--num_cycles=1', '--trainer_seed=2000'))
+    ran = stages_run(cycles(out, char_data, '--num_cycles=1', '--trainer_seed=2000', '--judge_seeds=1'))
     assert 'base v1' not in ran and {'evaluate v1', 'cycle 1: MLE control', 'cycle 1: judge-off control',
                                      'temperature sweep of base v1', 'cycle 1: reward data'} <= set(ran), ran
     first = cycle_run[0]
