@@ -58,9 +58,8 @@ def main(argv):
         raise UserError("--start encodes to no tokens; give at least one character")
     x = torch.tensor(ids, dtype=torch.long, device=dev)[None, :]
     gen = torch.Generator(device=dev).manual_seed(C.seed)
-    candidates = C.resample if C.judge else 1
-    y = model.generate(x.repeat(C.num_samples * candidates, 1), C.max_new_tokens, C.temperature, C.top_k,
-                       generator=gen)
+    y = model.generate(x.repeat(C.num_samples * C.resample, 1), C.max_new_tokens, C.temperature, C.top_k,
+                       generator=gen)  # resample is 1 without a judge
     if C.judge:
         y = tilted(y, C, ckpt, dev)
     for row in y.tolist():

@@ -153,7 +153,8 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
                 - auc(p_sets[0][prompts], p_natural[natural]))
 
     def mean_difference(chosen, natural, prompts):  # the effect is the mean over `refits` fits: so is each resample
-        return float(np.mean([difference(r, natural, prompts) for r in chosen]))
+        per_fit = {r: difference(r, natural, prompts) for r in set(chosen.tolist())}  # a fit drawn twice, read once
+        return float(np.mean([per_fit[r] for r in chosen.tolist()]))
     n, rng = len(arm['c2st_natural_texts']), np.random.default_rng(seed)
     boots = [mean_difference(rng.integers(0, refits, refits), rng.integers(0, n, n), rng.integers(0, n, n))
              for _ in range(BOOTSTRAP)]
