@@ -33,6 +33,13 @@ evaluated ones. For each checkpoint and sampling temperature (a "point"):
   point of a run (and of any run with the same dataset, referee block size, num_samples and seed) is measured on
   the same natural windows and prompts; both texts are kept (c2st_*_texts), so verdict.py reads two points with
   one classifier trained on both.
+- the natural windows' completions' cross-entropy under the point (completion_window_cross_entropy, nats a token),
+  which the tilt's verdict pairs window by window.
+With --tilt PATH each checkpoint's point is its tilt pi·e^{a·f} by that judge (or, the positive control, by a better
+generator's exact log-ratio), sampled by resampling --tilt_k candidates a prompt (tilt.py): its samples meet every
+referee above but the fresh judges (which need a checkpoint to write their data); its perplexity is the tilt's on the
+first --tilt_windows natural completions, from fresh candidates of their own prompts, at K = 8, 32, 128 and
+--tilt_k, conservative and optimistic (tilt.py); the verdict reads the conservative one at --tilt_k.
 """
 
 import argparse
@@ -52,7 +59,8 @@ from judge import reward_data_cmd, reward_model_cmd
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
-from two_sample import C2ST_FOLDS, PROMPT_LEN, continuation_texts, eval_windows, two_sample_test
+from tilt import TILT_PPL_K, TiltSource, completion_logprob, sample_tilt, tilt_cross_entropy
+from two_sample import C2ST_FOLDS, PROMPT_LEN, completion_texts, continuation_texts, eval_windows, two_sample_test
 from worth import dv_bound, log_odds
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -171,6 +179,25 @@ def fresh_judges(ckpt_path, referee_path, data_dir, work_dir, device, seeds, tem
     return out
 
 
+def completion_figures(model, source, reference, temperature, A):
+    """The cross-entropy of each natural window's completion (nats a token) under the point, and its perplexity; for
+    a tilt (source), that of the tilt on the first A.tilt_windows windows, conservative at A.tilt_k (tilt.py), with
+    the tilt's perplexities at every K shown."""
+    length = reference.shape[1] - PROMPT_LEN
+    if not source:
+        ce = -completion_logprob(model, reference, PROMPT_LEN, temperature) / length
+        return dict(completion_window_cross_entropy=ce.tolist(), completion_perplexity=float(np.exp(ce.mean())))
+    Ks = sorted(set(TILT_PPL_K) | {A.tilt_k})
+    gen = torch.Generator(device=reference.device).manual_seed(A.seed + 1)  # its own candidates, not the samples'
+    ces = tilt_cross_entropy(model, source, reference[:A.tilt_windows], PROMPT_LEN, Ks, A.tilt_scale, temperature,
+                             gen)
+    ce = ces[A.tilt_k]['conservative']
+    return dict(tilt=os.path.abspath(A.tilt), tilt_kind=source.kind, tilt_k=A.tilt_k, tilt_scale=A.tilt_scale,
+                completion_window_cross_entropy=ce.tolist(), completion_perplexity=float(np.exp(ce.mean())),
+                tilt_perplexity={str(K): {name: float(np.exp(v.mean())) for name, v in c.items()}
+                                 for K, c in ces.items()})
+
+
 def evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference, reference_features,
                    prompts, reward_model):
     """Every figure of one checkpoint sampled at one temperature."""
@@ -181,15 +208,26 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     tok = TokenizationManager.from_info(ckpt['tokenization'])
     figures = {'checkpoint': os.path.abspath(path), 'temperature': temperature, 'top_k': A.top_k,
                'num_samples': len(reference), 'sample_length': reference.shape[1]}
+    source = A.tilt and TiltSource(A.tilt, model, ckpt, temperature, device)
     if not A.no_ppl:
+        figures.update(completion_figures(model, source, reference.to(device), temperature, A))
+    if not A.no_ppl and not source:  # a tilt has no whole-split perplexity: its normaliser is per prompt
         val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
         ce, ppl, windows = evaluate_perplexity(model, val, model.config.block_size, temperature=temperature,
                                                per_window=True)
         figures.update(val_cross_entropy=ce, val_perplexity=ppl, val_window_cross_entropy=windows)
     gen = torch.Generator(device=device).manual_seed(A.seed)
-    # the sampler's own entropy at every generated position: its diversity, which temperature controls
-    natural_texts, sample_texts, samples, entropy = continuation_texts(model, tok, reference, prompts, temperature,
-                                                                       A.top_k, gen, entropy=True)
+    # the sampler's own entropy at every generated position: its diversity, which temperature controls (a tilt's:
+    # the generator's entropy along the kept candidates)
+    if source:
+        samples, entropy, tilt_figures = sample_tilt(model, source, prompts[:, :PROMPT_LEN].to(device),
+                                                     reference.shape[1], A.tilt_k, A.tilt_scale, temperature,
+                                                     A.top_k, gen, np.random.default_rng(A.seed))
+        natural_texts, sample_texts = completion_texts(tok, reference), completion_texts(tok, samples)
+        figures.update(tilt_figures)
+    else:
+        natural_texts, sample_texts, samples, entropy = continuation_texts(model, tok, reference, prompts,
+                                                                           temperature, A.top_k, gen, entropy=True)
     texts = [tok.decode(s) for s in samples.tolist()]
     figures.update(text_statistics(samples.tolist(), texts, known_words))
     natural = text_statistics(reference.tolist(), [tok.decode(s) for s in reference.tolist()], known_words)
@@ -208,7 +246,7 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
                        mean_p_natural_of_natural_text=sight['mean_p_natural_of_natural_text'],
                        **{'judge_' + k: v for k, v in sight.items() if k.startswith(('sight', 'dv'))})
     figures['samples'] = texts[:3]
-    if A.judge_seeds:
+    if A.judge_seeds and not source:
         seeds = [A.seed + 1000 * j for j in range(A.judge_seeds)]
         figures.update(fresh_judges(path, A.referee, data_dir, A.work_dir, str(device), seeds, temperature, A.top_k,
                                     A.judge_max_blocks, A.judge_samples_per_chunk, A.judge_args.split(),
@@ -240,6 +278,12 @@ def parse_args(argv):
                    help="crossover: a head on the referee's frozen trunk, read on crossovers (boundary error); window: "
                         "every weight of the referee's copy trained on whole windows, read as its sight")
     p.add_argument('--c2st_folds', type=int, default=C2ST_FOLDS, help="folds of the two-sample test (0: none)")
+    p.add_argument('--tilt', default='', help="a reward model (or a better generator, the positive control): each "
+                   "point is the checkpoint tilted by its log-odds (or exact log-ratio), sampled by resampling")
+    p.add_argument('--tilt_k', type=int, default=32, help="the tilt's candidates a sample")
+    p.add_argument('--tilt_scale', type=float, default=1.0, help="a of the tilt pi·e^{a·f}")
+    p.add_argument('--tilt_windows', type=int, default=250, help="natural completions (at most --num_samples) the "
+                   f"tilt's perplexity is read on, {max(TILT_PPL_K)} fresh candidates each")
     p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
                    "e.g. '--max_iters=1500 --learning_rate=1e-3' (pooling is the mean; the recipe sets what trains)")
     A = p.parse_args(argv)
@@ -251,6 +295,8 @@ def parse_args(argv):
         raise UserError("temperatures must be > 0, --num_samples >= 2 and --judge_seeds >= 0")
     if A.c2st_folds == 1 or A.c2st_folds < 0 or A.c2st_folds > A.num_samples:
         raise UserError(f"--c2st_folds must be 0 (off) or between 2 and --num_samples ({A.num_samples})")
+    if A.tilt and (A.tilt_k < 2 or A.tilt_windows < 1):
+        raise UserError("--tilt needs --tilt_k >= 2 and --tilt_windows >= 1")
     A.work_dir = os.path.dirname(os.path.abspath(A.out))
     return A
 

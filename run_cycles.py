@@ -7,7 +7,9 @@ The adversarial cycle, end to end, through the existing scripts and files on dis
   validation checkpoint by the base's early-stopping rule (mle_v{n+1}.pt); base v{n} sampled at several temperatures;
   and for GRPO the judge-off ablation, the same GRPO run with a constant reward (judgeoff_v{n+1}.pt); every version
   and control measured by the same instruments (evaluate.py: the referee's fresh judges, a model-free two-sample
-  test, MAUVE); the cycle's verdict against every control; report.md after each cycle.
+  test, MAUVE); the cycle's verdict against every control; report.md after each cycle. With tilt_k, also base v{n}
+  tilted by its judge without RL (tilt.py), read against base v{n}, its matched temperature and an MLE control given
+  the judge's and the sampling's FLOPs.
 
   python run_cycles.py [config/cycles_*.py] [--key=value ...]
 
@@ -140,6 +142,12 @@ judge_learning_rate = 1e-3
 # trained on whole windows, read by its sight (the judge that sees, docs/judges.md: 0.85 takes 10,000 windows and 5
 # epochs, about 15 min a judge on CPU; set judge_max_blocks, judge_max_iters and judge_learning_rate=3e-4 with it)
 judge_recipe = 'crossover'
+# the tilt without RL (evaluate.py --tilt, tilt.py): base v{n} resampled by its judge, tilt_k candidates a sample kept
+# ∝ e^{tilt_scale·f}, read against base v{n}, base v{n} at the matched temperature and an MLE control given the
+# judge's FLOPs and the sampling's (tilt_verdict_v{n}.json); 0: no tilt point
+tilt_k = 0
+tilt_scale = 1.0
+tilt_source = ''  # '' = the cycle's judge; a better generator's checkpoint: its exact log-ratio (the positive control)
 # controls
 controls = True  # the MLE, temperature and (GRPO) judge-off controls and the verdict of every cycle
 control_temperatures = '0.6,0.7,0.8,0.9,1.0'  # the previous base's temperature sweep
@@ -306,10 +314,10 @@ def load_json(path):
 
 def cycle_flops(new_base, reward_data_dir=None, reward_model_path=None):
     """The compute of one cycle as its scripts recorded it (model FLOPs: deterministic, unlike wall-clock): the
-    trainer's run that wrote new_base, and for GRPO the judge's data and training."""
+    trainer's run that wrote new_base (None: no trainer), and for GRPO the judge's data and training."""
     from model import load_checkpoint
     from reward_dataset_loader import read_metadata
-    total = load_checkpoint(new_base)['metrics']['flops']
+    total = load_checkpoint(new_base)['metrics']['flops'] if new_base else 0
     if reward_data_dir:
         total += sum(int(read_metadata(os.path.join(reward_data_dir, f'{split}_metadata.txt'))['flops'])
                      for split in ('train', 'val'))
@@ -514,6 +522,8 @@ def main(argv):
             # as eval_v{n}'s), beside its sight on the new base after it; the pair says whether the policy fooled it
             evaluate_stage(f'cycle {n}: judge sight on base v{n}', path(f'sight_v{n}.json'), base, f'sight_v{n}.log',
                            extra=['--reward_model', rm, *SIGHT_ONLY], inputs=[rm])
+            if C.tilt_k:  # the judge's tilt of base v{n}, sampled without RL
+                tilt_stage(C, n, evaluate_stage, base, rm, path(f'tilt_v{n}.json'))
             grpo_stage(n, f'cycle {n}: GRPO -> base v{n + 1}', new, 'grpo')
             evaluate_stage(f'evaluate v{n + 1}', path(f'eval_v{n + 1}.json'), new, f'eval_v{n + 1}.log',
                            extra=['--reward_model', rm], inputs=[rm])
@@ -554,22 +564,97 @@ def matched_perplexity(base_path, data_dir, device, temperature):
     return dict(val_perplexity=ppl, val_window_cross_entropy=windows)
 
 
+def completion_cross_entropy(model_path, data_dir, device, temperature, num_samples, length, seed):
+    """A generator's cross-entropy (nats a token) on each natural completion of the evaluation's windows
+    (evaluate.py's draw of num_samples windows of this length at this seed), sampled at this temperature."""
+    import numpy as np
+    from model import GPT
+    from tilt import completion_logprob
+    from two_sample import PROMPT_LEN, eval_windows
+    model = GPT.from_checkpoint(model_path, device=device)
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    reference = eval_windows(val, num_samples, length, seed)[0].to(device)
+    return (-completion_logprob(model, reference, PROMPT_LEN, temperature) / (length - PROMPT_LEN)).tolist()
+
+
+def tilt_controls(points, base_path, data_dir, device, tilt, seed):
+    """A tilt point's controls without training, from its generator's own points (at the tilt's temperature and
+    the sweep): the generator itself, and the generator at the temperature whose entropy matches the tilt's, each
+    with its natural completions' cross-entropy (computed here where its evaluation did not record it)."""
+    base = dict(next(p for p in points if p['temperature'] == tilt['temperature']))
+    matched = matched_temperature(points, tilt['sample_entropy'])
+    for point in (base, matched):
+        if 'completion_window_cross_entropy' not in point:
+            point['completion_window_cross_entropy'] = completion_cross_entropy(
+                base_path, data_dir, device, point['temperature'], tilt['num_samples'], tilt['sample_length'], seed)
+    return {'base': base, 'temperature': matched}
+
+
+def mle_args(C, base, flops, seed):
+    """An MLE control's train.py options (beside base_train_args) and iterations: base trained further with
+    next-token loss for at most `flops`, at the base's final learning rate held (continued training, not a new
+    schedule), keeping the best checkpoint by the base's own early-stopping rule, as a researcher would stop it."""
+    from model import GPT
+    per_iter = GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
+    iters = max(1, math.ceil(flops / per_iter))
+    return iters, [
+        f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
+        '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=False',
+        f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
+        f'--seed={seed}'] + select_args(C)
+
+
+def mle_stage(C, train_stage, name, base, output, flops, data_files, n, log):
+    """An MLE control of cycle n as a stage (mle_args); returns its iterations."""
+    iters, args = mle_args(C, base, flops, repeat_seed(C) + n)
+    train_stage(name, output, [base] + data_files, args, log)
+    return iters
+
+
+def tilt_stage(C, n, evaluate_stage, base, rm, output):
+    """The tilt point of cycle n: base v{n} resampled by its judge rm (or by tilt_source's exact log-ratio)."""
+    source = os.path.abspath(C.tilt_source) if C.tilt_source else rm
+    evaluate_stage(f'cycle {n}: tilt of base v{n}', output, base, f'tilt_v{n}.log',
+                   extra=['--tilt', source, '--tilt_k', str(C.tilt_k), '--tilt_scale', str(C.tilt_scale),
+                          '--judge_seeds', '0'], inputs=[source])
+
+
+def tilt_control_stages(C, pipe, n, train_stage, evaluate_stage, path, data_files):
+    """The tilt point's MLE control, given the judge's FLOPs (its data and training) and the tilt's sampling, and
+    the tilt's verdict against it, base v{n} and base v{n} at the matched temperature (tilt_verdict_v{n}.json)."""
+    base, mle, tilt = path(f'base_model_v{n}.pt'), path(f'mle_tilt_v{n + 1}.pt'), path(f'tilt_v{n}.json')
+    flops = cycle_flops(None, path(f'reward_data_v{n}'), path(f'reward_model_v{n}.pt')) \
+        + load_json(tilt)[0]['tilt_sampling_flops']
+    iters = mle_stage(C, train_stage, f'cycle {n}: MLE control of the tilt', base, mle, flops, data_files, n,
+                      f'mle_tilt_v{n + 1}.log')
+    evaluate_stage(f'evaluate MLE control of the tilt v{n + 1}', path(f'eval_mle_tilt_v{n + 1}.json'), mle,
+                   f'eval_mle_tilt_v{n + 1}.log', extra=['--judge_seeds', '0'])
+    inputs = [tilt, path(f'eval_v{n}.json'), path(f'sweep_v{n}.json'), path(f'eval_mle_tilt_v{n + 1}.json'), base]
+
+    def build(partials):
+        from verdict import tilt_verdict
+        point = load_json(tilt)[0]
+        controls = tilt_controls(load_json(path(f'eval_v{n}.json')) + load_json(path(f'sweep_v{n}.json')), base,
+                                 data_path(C.dataset), resolve_device(C.device), point, repeat_seed(C))
+        controls['mle'] = load_json(path(f'eval_mle_tilt_v{n + 1}.json'))[0]
+        v = dict(cycle=n, verdicts=tilt_verdict(point, controls), draw_seed=repeat_seed(C), tilt_flops=flops,
+                 mle_iters=iters, matched_temperature=controls['temperature']['temperature'],
+                 tilt={k: point[k] for k in ('tilt', 'tilt_kind', 'tilt_k', 'tilt_scale', 'tilt_perplexity',
+                                             'tilt_ess', 'c2st_auc', 'completion_perplexity', 'sample_entropy')})
+        with open(partials[0], 'w') as f:
+            json.dump(v, f, indent=1)
+    pipe.stage(f'cycle {n}: tilt verdict', [path(f'tilt_verdict_v{n}.json')], inputs,
+               ['verdict.tilt_verdict', f'cycle {n}', f'format {VERDICT_FORMAT}'], build)
+
+
 def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, path, data_files):
     """Cycle n's controls, measured like the cycle's output, and its verdict against them."""
-    from model import GPT, load_checkpoint
+    from model import load_checkpoint
     base, mle, off = path(f'base_model_v{n}.pt'), path(f'mle_v{n + 1}.pt'), path(f'judgeoff_v{n + 1}.pt')
     grpo = C.trainer == 'grpo'
     flops = cycle_flops(path(f'base_model_v{n + 1}.pt'), path(f'reward_data_v{n}') if grpo else None,
                         path(f'reward_model_v{n}.pt') if grpo else None)
-    per_iter = GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
-    iters = max(1, math.ceil(flops / per_iter))
-    # at most the cycle's compute, at the base's final learning rate held (continued training, not a new schedule),
-    # keeping the best val checkpoint by the base's own early-stopping rule: as a researcher would stop it
-    train_stage(f'cycle {n}: MLE control', mle, [base] + data_files, [
-        f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
-        '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=False',
-        f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
-        f'--seed={repeat_seed(C) + n}'] + select_args(C), f'mle_v{n + 1}.log')
+    iters = mle_stage(C, train_stage, f'cycle {n}: MLE control', base, mle, flops, data_files, n, f'mle_v{n + 1}.log')
     evaluate_stage(f'evaluate MLE control v{n + 1}', path(f'eval_mle_v{n + 1}.json'), mle, f'eval_mle_v{n + 1}.log')
     inputs = [path(f'eval_v{n}.json'), path(f'eval_v{n + 1}.json'), path(f'eval_mle_v{n + 1}.json'), base, mle]
     if grpo:  # what the judge adds: the same GRPO run with its reward replaced by a constant
@@ -584,6 +669,8 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         evaluate_stage(f'temperature sweep of base v{n}', path(f'sweep_v{n}.json'), base, f'sweep_v{n}.log',
                        temperatures=sweep, extra=['--no_ppl', '--no_mauve'])
         inputs.append(path(f'sweep_v{n}.json'))
+    if grpo and C.tilt_k and sweep:
+        tilt_control_stages(C, pipe, n, train_stage, evaluate_stage, path, data_files)
 
     def build(partials):
         points = load_json(path(f'eval_v{n}.json')) + (load_json(path(f'sweep_v{n}.json')) if sweep else [])
@@ -638,6 +725,8 @@ def collect(out, current):
             c['verdict'] = load_json(have[f'verdict_v{n}.json'])
         if f'sight_v{n}.json' in have:
             c['sight_before'] = load_json(have[f'sight_v{n}.json'])[0]
+        if f'tilt_verdict_v{n}.json' in have:
+            c['tilt_verdict'] = load_json(have[f'tilt_verdict_v{n}.json'])
         cycles.append(c)
     return versions, cycles
 
@@ -745,6 +834,31 @@ def verdict_lines(c):
                "The cycle does not beat every control."), '']
 
 
+def tilt_lines(c):
+    """The tilt point's verdict against its controls, as the report prints it."""
+    v, n = c['tilt_verdict'], c['cycle']
+    t = v['tilt']
+    ppl = ', '.join(f"K = {K}: {x['conservative']:.3f} (optimistic {x['optimistic']:.3f})"
+                    for K, x in t['tilt_perplexity'].items())
+    labels = '; '.join(
+        f"against {TILT_CONTROL_NAMES[k]}: two-sample test "
+        f"**{label_text(x['c2st_effect']) if x.get('c2st_effect') else '–'}**"
+        f"{effect_text(x.get('c2st_effect'), 'tilt AUC lower by')}, perplexity of the natural completions "
+        f"**{label_text(x['perplexity_effect'])}**{effect_text(x['perplexity_effect'], 'tilt ppl lower by', '.1%')}"
+        for k, x in v['verdicts'].items())
+    return [f"**Cycle {n}: the tilt of base v{n} without RL** (base v{n} resampled by "
+            f"{'its judge' if t['tilt_kind'] == 'judge' else 'the exact log-ratio of ' + os.path.basename(t['tilt'])}, "
+            f"1 of {t['tilt_k']} candidates kept ∝ e^{{{t['tilt_scale']:g}·f}}, mean effective sample size "
+            f"{t['tilt_ess']:.1f}; two-sample AUC {t['c2st_auc']:.3f}; its perplexity on the natural completions, "
+            f"conservative (optimistic): {ppl}; matched temperature T* = {v['matched_temperature']:.3f}; the MLE "
+            f"control got {v['tilt_flops']:.3g} FLOPs, {v['mle_iters']} iterations; `tilt_verdict_v{n}.json`): "
+            f"{labels}.", '']
+
+
+TILT_CONTROL_NAMES = {'base': 'the base itself', 'temperature': 'the matched temperature',
+                      'mle': 'the MLE control at the tilt\'s FLOPs'}
+
+
 def stage_time_lines(out, current):
     """The table of every stage of this run: wall time and peak memory when it was built (a stage skipped by this run
     keeps the figures of the run that built it)."""
@@ -819,6 +933,8 @@ def write_report(out, C, current):
         lines.append('')
         if 'verdict' in c:
             lines += verdict_lines(c)
+        if 'tilt_verdict' in c:
+            lines += tilt_lines(c)
     if any(len(c['sweep']) > 1 for c in cycles):
         plot_quality_diversity(cycles, os.path.join(out, 'quality_diversity.png'))
         lines += ['![quality against diversity](quality_diversity.png)', '']

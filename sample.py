@@ -58,34 +58,27 @@ def main(argv):
         raise UserError("--start encodes to no tokens; give at least one character")
     x = torch.tensor(ids, dtype=torch.long, device=dev)[None, :]
     gen = torch.Generator(device=dev).manual_seed(C.seed)
-    y = model.generate(x.repeat(C.num_samples * C.resample, 1), C.max_new_tokens, C.temperature, C.top_k,
-                       generator=gen)  # resample is 1 without a judge
     if C.judge:
-        y = tilted(y, C, ckpt, dev)
+        y = tilted(model, ckpt, x.repeat(C.num_samples, 1), C, gen, dev)
+    else:
+        y = model.generate(x.repeat(C.num_samples, 1), C.max_new_tokens, C.temperature, C.top_k, generator=gen)
     for row in y.tolist():
         print(tok.decode(row))
         print('---------------')
 
 
-@torch.no_grad()
-def tilted(candidates, C, ckpt, device):
-    """One of each sample's C.resample candidates (rows grouped by sample), kept by the judge's tilt."""
-    from tokenization_manager import TokenizationInfo
-    from worth import effective_sample_size, log_odds, tilt_choice
-    judge_ckpt = load_checkpoint(C.judge)
-    if judge_ckpt['model_args'].get('mode') != 'reward':
+def tilted(model, ckpt, prompts, C, gen, device):
+    """Each sample one of C.resample candidates, kept by the judge's tilt (tilt.py)."""
+    from tilt import TiltSource, sample_tilt
+    source = TiltSource(C.judge, model, ckpt, C.temperature, device)
+    if source.kind != 'judge':
         raise UserError(f"--judge {C.judge} is not a reward model; pass one written by train_reward_model.py")
-    TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(
-        TokenizationInfo.from_dict(judge_ckpt['tokenization']), f'the generator {C.ckpt_path}', C.judge)
-    judge = GPT.from_checkpoint(judge_ckpt, device=device)
-    f = log_odds(judge(candidates[:, -judge.config.block_size:])[0].double().cpu().numpy())
-    f = f.reshape(C.num_samples, C.resample)
-    kept = tilt_choice(f, C.judge_scale, C.best_of, np.random.default_rng(C.seed))
-    ess = np.mean([effective_sample_size(C.judge_scale * row) for row in f])
+    y, _, fig = sample_tilt(model, source, prompts, prompts.shape[1] + C.max_new_tokens, C.resample, C.judge_scale,
+                            C.temperature, C.top_k, gen, np.random.default_rng(C.seed), C.best_of)
     print(f"kept 1 of {C.resample} candidates per sample by " + ('best-of-K' if C.best_of else
-          f"importance resampling at scale {C.judge_scale} (mean effective sample size {ess:.1f})")
-          + f"; judge log-odds of the kept {np.mean(f[np.arange(len(f)), kept]):.2f}, of all {f.mean():.2f}")
-    return candidates.view(C.num_samples, C.resample, -1)[torch.arange(C.num_samples), torch.from_numpy(kept)]
+          f"importance resampling at scale {C.judge_scale} (mean effective sample size {fig['tilt_ess']:.1f})")
+          + f"; judge log-odds of the kept {fig['tilt_f_kept']:.2f}, of all {fig['tilt_f_candidates']:.2f}")
+    return y
 
 
 if __name__ == '__main__':

@@ -41,8 +41,12 @@ def continuation_texts(model, tokenizer, reference, prompts, temperature, top_k,
     out = model.generate(prompts[:, :PROMPT_LEN].to(device), reference.shape[1] - PROMPT_LEN, temperature, top_k,
                          generator=generator, entropy=entropy)
     samples, sample_entropy = out if entropy else (out, None)
-    return ([tokenizer.decode(s) for s in reference[:, PROMPT_LEN:].tolist()],
-            [tokenizer.decode(s) for s in samples[:, PROMPT_LEN:].tolist()], samples, sample_entropy)
+    return completion_texts(tokenizer, reference), completion_texts(tokenizer, samples), samples, sample_entropy
+
+
+def completion_texts(tokenizer, windows):
+    """Each window's text after its first PROMPT_LEN tokens (what the two-sample test reads)."""
+    return [tokenizer.decode(s) for s in windows[:, PROMPT_LEN:].tolist()]
 
 
 def tfidf_classifier(balanced=True):

@@ -241,6 +241,23 @@ def cycle_verdict(arm, mle, matched, judge_off=None):
                 margins=dict(c2st_auc=AUC_MARGIN, perplexity=PPL_MARGIN), **summary)
 
 
+def tilt_verdict(tilt, controls):
+    """
+    A tilt point (evaluate.py --tilt: the generator resampled by a judge, no training) against each control (name ->
+    point, the matched temperature's with its c2st_parts): the two-sample test's effect, and the perplexity effect
+    on the natural completions, window by window (the tilt's conservative cross-entropy on its windows against the
+    control's on the same ones), each with its interval and label. It has no fresh judges: they need a checkpoint.
+    """
+    ce = tilt['completion_window_cross_entropy']
+    verdicts = {}
+    for name, control in controls.items():
+        c2st = c2st_effect(tilt, control)
+        ppl = perplexity_effect(ce, control['completion_window_cross_entropy'][:len(ce)])
+        verdicts[name] = {'c2st': c2st and c2st['label'], 'c2st_effect': c2st, 'perplexity': ppl['label'],
+                          'perplexity_effect': ppl}
+    return verdicts
+
+
 def own_draws(verdicts):
     """Whether each seed's verdict had its own controls and draws: every verdict records its draw seed
     (run_cycles.py's draw_seed), and no two are the same. Verdicts made before the draw seed was recorded shared

@@ -22,16 +22,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import resolve_data_dir  # noqa: E402
 from model import GPT  # noqa: E402
-from policy import token_logprobs  # noqa: E402
+from tilt import completion_logprob  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from worth import dv_bound, log_mean_exp, log_odds  # noqa: E402
-
-
-@torch.no_grad()
-def completion_logprob(model, windows, batch=100):
-    """Each window's log-probability of its tokens after the first PROMPT_LEN, under model (nats)."""
-    return np.concatenate([token_logprobs(model, windows[i:i + batch], 1.0)[0][:, PROMPT_LEN - 1:].sum(1).double()
-                           .numpy() for i in range(0, len(windows), batch)])
 
 
 @torch.no_grad()
@@ -67,11 +60,11 @@ def main():
     print(f"| judge | DV, nats a window [95%] | its scale | DV at scale 1 | log E_base[e^f] (0 for an exact ratio) "
           f"| exact cross-entropy gap |\n|---|---|---|---|---|---|")
     print(row('constant', np.zeros(len(natural)), np.zeros(len(samples)), a.seed))
-    base_natural, base_samples = completion_logprob(base, natural), completion_logprob(base, samples)
+    base_natural, base_samples = (completion_logprob(base, w, PROMPT_LEN) for w in (natural, samples))
     for path in filter(None, a.better.split(',')):
         better = GPT.from_checkpoint(path)
-        f_natural = completion_logprob(better, natural) - base_natural
-        f_samples = completion_logprob(better, samples) - base_samples
+        f_natural = completion_logprob(better, natural, PROMPT_LEN) - base_natural
+        f_samples = completion_logprob(better, samples, PROMPT_LEN) - base_samples
         print(row(f"exact log-ratio of {os.path.basename(path)}", f_natural, f_samples, a.seed, f_natural.mean()))
     for path in filter(None, a.judges.split(',')):
         judge = GPT.from_checkpoint(path)

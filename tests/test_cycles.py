@@ -86,7 +86,7 @@ TINY_CYCLE = ['--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--
               '--grpo_prompts_per_step=2', '--grpo_num_generations=4', '--eval_num_samples=16', '--judge_max_blocks=8',
               '--judge_max_iters=40', '--control_temperatures=0.8,1.0', '--device=cpu', '--base_select_tokens=2000']
 ARTEFACTS = ('base_model_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v', 'sweep_v', 'verdict_v',
-             'judgeoff_v', 'sight_v')
+             'judgeoff_v', 'sight_v', 'tilt_v', 'mle_tilt_v', 'tilt_verdict_v')
 
 
 def cycles(out, data, *extra):
@@ -266,6 +266,33 @@ def test_shorter_rerun_reports_only_its_own_artefacts(cycle_run, char_data, tmp_
     report = (short / 'report.md').read_text()
     assert '| v2 |' in report and '| v3 |' not in report and 'Cycle 2' not in report
     assert (short / 'eval_v3.json').exists()  # a longer run's leftover, valid for its inputs, but not reported
+
+
+def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run, char_data, tmp_path):
+    """tilt_k: base v1 resampled by its judge is evaluated without RL, an MLE control gets the judge's FLOPs and the
+    sampling's, and the tilt's verdict reads it, base v1 and base v1 at the matched temperature on the two-sample
+    test and the natural completions' perplexity; the rest of the run is reused."""
+    import shutil
+    out, _ = cycle_run
+    tilted = tmp_path / 'tilted'
+    shutil.copytree(out, tilted)
+    ran = stages_run(cycles(tilted, char_data, '--num_cycles=1', '--tilt_k=4'))
+    tilt_stages = ['cycle 1: tilt of base v1', 'cycle 1: MLE control of the tilt',
+                   'evaluate MLE control of the tilt v2', 'cycle 1: tilt verdict']
+    # only the sweep may differ (an earlier test of this module changed its temperatures), and what reads it
+    assert [s for s in ran if s in tilt_stages] == tilt_stages and \
+        set(ran) - set(tilt_stages) <= {'temperature sweep of base v1', 'cycle 1: verdict'}, ran
+    point = json.loads((tilted / 'tilt_v1.json').read_text())[0]
+    assert point['tilt_kind'] == 'judge' and point['tilt_k'] == 4 and 'fresh_judge_runs' not in point
+    assert sorted(point['tilt_perplexity']) == ['128', '32', '4', '8'] and len(point['c2st_sample_texts']) == 16
+    v = json.loads((tilted / 'tilt_verdict_v1.json').read_text())
+    assert sorted(v['verdicts']) == ['base', 'mle', 'temperature']
+    for x in v['verdicts'].values():
+        assert x['perplexity'] == x['perplexity_effect']['label'] and x['c2st_effect'] is not None
+    flops = v['tilt_flops']
+    assert flops > point['tilt_sampling_flops'] > 0 and v['mle_iters'] >= 1
+    assert 'the tilt of base v1 without RL' in (tilted / 'report.md').read_text()
+    assert_consistent(tilted)
 
 
 def test_interrupted_rerun_never_pairs_artefacts_of_different_runs(cycle_run, char_data, tmp_path):

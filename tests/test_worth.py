@@ -109,3 +109,78 @@ def test_sample_py_samples_the_judges_tilt(char_ckpt, tiny_judge):
         assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-1000:]
     r = run_script('sample.py', f'--ckpt_path={char_ckpt}', '--resample=4')
     assert r.returncode != 0 and '--resample K > 1' in r.stderr
+
+
+class ConstantJudge:
+    """A judge that says the same of every text: its tilt is the generator itself."""
+    kind = 'judge'
+
+    def scores(self, windows, prompt_len):
+        return np.full(len(windows), 2.5)
+
+
+@pytest.fixture(scope='module')
+def val_windows(char_data):
+    val = np.memmap(f'{char_data}/val.bin', dtype=np.uint16, mode='r')
+    starts = np.random.default_rng(3).integers(0, len(val) - 24, 40)
+    return torch.from_numpy(np.stack([val[s:s + 24] for s in starts]).astype(np.int64))
+
+
+def test_a_constant_judges_tilt_is_the_generator_itself(char_ckpt, val_windows):
+    from model import GPT
+    from tilt import completion_logprob, tilt_cross_entropy
+    model = GPT.from_checkpoint(char_ckpt)
+    ces = tilt_cross_entropy(model, ConstantJudge(), val_windows, 8, (2, 8), 1.0, 1.0, torch.Generator().manual_seed(0))
+    own = -completion_logprob(model, val_windows, 8) / 16
+    for K in (2, 8):
+        assert ces[K]['conservative'] == pytest.approx(own) and ces[K]['optimistic'] == pytest.approx(own)
+
+
+def test_the_tilt_by_a_better_models_exact_log_ratio(char_ckpt, val_windows):
+    """The positive control at tiny size: pi is the tiny model at temperature 1.3, f its exact log-ratio to the same
+    model at 1 (the better one on natural text). The resampler's conservative perplexity never gains more than
+    log K nats a completion over pi, gains more with more candidates, and its samples are the ones f prefers."""
+    from model import GPT, load_checkpoint
+    from tilt import TiltSource, completion_logprob, sample_tilt, tilt_cross_entropy
+    model = GPT.from_checkpoint(char_ckpt)
+    source = TiltSource(char_ckpt, model, load_checkpoint(char_ckpt), 1.3, 'cpu')
+    assert source.kind == 'exact log-ratio'
+    ces = tilt_cross_entropy(model, source, val_windows, 8, (2, 32), 1.0, 1.3, torch.Generator().manual_seed(0))
+    pi = -completion_logprob(model, val_windows, 8, 1.3) / 16
+    for K in (2, 32):
+        assert np.all(pi - ces[K]['conservative'] <= np.log(K) / 16 + 1e-9)
+    assert ces[32]['conservative'].mean() < ces[2]['conservative'].mean() < pi.mean()
+    kept, entropy, figures = sample_tilt(model, source, val_windows[:, :8], 24, 8, 1.0, 1.3, None,
+                                         torch.Generator().manual_seed(1), np.random.default_rng(1))
+    assert kept.shape == val_windows.shape and entropy.shape == (40, 16)
+    assert figures['tilt_f_kept'] > figures['tilt_f_candidates'] and 1 <= figures['tilt_ess'] <= 8
+    assert np.allclose(source.scores(kept, 8).mean(), figures['tilt_f_kept'])
+
+
+def test_a_token_judges_next_token_law_reweights_every_candidate_token(char_ckpt, val_windows):
+    """The law p_J(v | x<t) ∝ pi(v | x<t)·e^{f(x<t v)}, read through the judge's key/value cache of the true prefix,
+    equals the law recomputed by a full pass for every candidate token; a judge whose head says nothing (zero
+    output layer) leaves pi as it is."""
+    from model import GPT
+    from tilt import judge_law_cross_entropy
+    model = GPT.from_checkpoint(char_ckpt)
+    judge = GPT.from_checkpoint(char_ckpt, mode='reward', reward_pooling='token')
+    law, own = judge_law_cross_entropy(model, judge, val_windows[:3], 8)
+    assert law == pytest.approx(own)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in judge.reward_head.parameters():
+            p.normal_(0, 0.3)
+        x, t = val_windows[1:2, :13], 12
+        law, _ = judge_law_cross_entropy(model, judge, x, t, windows_a_batch=1)
+        f = []
+        for v in range(model.config.vocab_size):
+            y = x.clone()
+            y[0, t] = v
+            logits = judge.reward_head[:-1](judge.hidden_states(y)[:, -1]).double()
+            f.append(float(logits[0, 0] - logits[0, 1]))
+        log_pi = torch.log_softmax(model(x[:, :t], all_logits=True)[0][0, -1].double(), -1)
+        direct = -torch.log_softmax(log_pi + torch.tensor(f, dtype=torch.float64), -1)[x[0, t]]
+    assert law[0] == pytest.approx(float(direct), rel=1e-5)
+    with pytest.raises(ValueError, match='reads every prefix'):
+        judge_law_cross_entropy(model, GPT.from_checkpoint(char_ckpt, mode='reward', reward_pooling='mean'), x, t)

@@ -1,0 +1,173 @@
+"""
+Judge recipes in nats: what each way of making a judge of a base model knows, as the Donsker-Varadhan bound of its
+log-odds (worth.py) on natural val windows against the base's own continuations of other val prompts (evaluate.py's
+two-sample windows), beside its sight (AUC) and its model FLOPs (its data's sampling and its training), every recipe
+given the same sampled windows and passes over them:
+  crossover    the cycle's judge: crossover data (K ~ U[1, N-1], 4 a block), per-position labels (token pooling), the
+               base's trunk frozen, MSE (config/cycles_shakespeare_char.py's recipe);
+  window       natural train windows against the base's continuations of their first 8 tokens, every weight
+               trained, mean pooling, binary cross-entropy (docs/judges.md's judge that sees). With the base's own
+               samples as noise at ratio 1, noise-contrastive estimation of a residual energy pi·e^f (Deng et al.
+               2020) minimises this same logistic loss on f: it is the NCE judge too;
+  per-prefix   the same windows, every position labelled (natural before the 8-token prompt's end, then synthetic),
+               token pooling, every weight trained: a judge of every prefix, read also by its next-token law's
+               perplexity (tilt.judge_law_cross_entropy);
+  n-gram       the two-sample test's classifier (judge.NgramJudge) fit on the same windows' completions.
+Beside them, the MLE control given the largest recipe's FLOPs (run_cycles.mle_stage's rule, its best checkpoint
+kept) and its exact log-ratio: what the same compute buys as next-token training, in the same nats.
+
+  python benchmarks/bench_judge_recipes.py --run runs/base [--windows 10000] [--epochs 2] [--num_samples 1000]
+      [--law_windows 100] [--seed 1337]
+
+Everything is written under RUN/recipes (reused by a rerun).
+"""
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import prepare_reward_data  # noqa: E402
+import train_reward_model  # noqa: E402
+from auc import sight_auc  # noqa: E402
+from configurator import configure  # noqa: E402
+from data_loader import resolve_data_dir  # noqa: E402
+from judge import NgramJudge, reward_data_cmd, reward_model_cmd  # noqa: E402
+from model import GPT, load_checkpoint  # noqa: E402
+from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
+from run_cycles import DEFAULTS, base_train_args, mle_args  # noqa: E402
+from tilt import completion_logprob, judge_law_cross_entropy  # noqa: E402
+from tokenization_manager import TokenizationManager  # noqa: E402
+from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
+from worth import dv_bound, log_odds  # noqa: E402
+
+# each GPT recipe: (its data, train_reward_model.py options)
+RECIPES = {
+    'crossover': ('crossover', ['--reward_pooling=token', '--unfreeze_layers=0', '--learning_rate=1e-3']),
+    'window': ('window', ['--reward_pooling=mean', '--unfreeze_layers=-1', '--loss=binary', '--learning_rate=3e-4']),
+    'per-prefix': ('window', ['--reward_pooling=token', '--unfreeze_layers=-1', '--loss=binary',
+                              '--learning_rate=3e-4']),
+}
+
+
+def make_data(kind, base, data_dir, out, windows, seed, exclude):
+    """The sampled windows of a recipe: crossovers (4 a block) or whole windows (an 8-token prompt each), none of
+    whose val blocks is an evaluation window (exclude: their number and seed)."""
+    if not os.path.isdir(out):
+        blocks, per, k = (windows // 4, 4, 0) if kind == 'crossover' else (windows, 1, PROMPT_LEN)
+        with contextlib.redirect_stdout(sys.stderr):
+            prepare_reward_data.main(reward_data_cmd(base, data_dir, out + '.partial', blocks, per, seed, 'auto',
+                                                     crossover_k=k, exclude_eval=exclude)[1:])
+        os.replace(out + '.partial', out)
+    return sum(int(read_metadata(os.path.join(out, f'{s}_metadata.txt'))['flops']) for s in ('train', 'val'))
+
+
+@torch.no_grad()
+def scores(judge, windows):
+    return np.concatenate([log_odds(judge(windows[i:i + 500])[0].double().numpy()) for i in range(0, len(windows), 500)])
+
+
+def ngram_judge(data, tok):
+    """The n-gram judge fit on the window data's train completions, natural against sampled."""
+    ds = RewardDataset(data, 'train')
+    judge = NgramJudge()
+    judge.fit(completion_texts(tok, torch.from_numpy(ds.natural.astype(np.int64))),
+              completion_texts(tok, torch.from_numpy(ds.x.astype(np.int64))))
+    return judge
+
+
+def mle_control(run, cfg, base, flops, out):
+    """The MLE control at these FLOPs, by the cycle's rule (run_cycles.mle_args), trained once."""
+    if not os.path.exists(out):
+        C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
+        iters, args = mle_args(C, base, flops, C.seed + 1)
+        work = out + '.work'
+        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), f'--out_dir={work}']
+                       + base_train_args(C, resolve_data_dir(C.dataset)) + args, check=True,
+                       stdout=subprocess.DEVNULL)
+        shutil.move(os.path.join(work, 'ckpt.pt'), out)
+        shutil.rmtree(work)
+    return out
+
+
+def row(name, f_natural, f_samples, flops, seed, tokens, law=None):
+    """A table row: the judge's FLOPs, sight, worth a window and a written token, and its next-token law."""
+    b = dv_bound(f_natural, f_samples, seed)
+    auc = sight_auc(1 / (1 + np.exp(-f_natural)), 1 / (1 + np.exp(-f_samples)))
+    return (f"| {name} | {flops:.3g} | {auc:.3f} | {b['dv']:.2f} [{b['dv_ci'][0]:.2f}, {b['dv_ci'][1]:.2f}] "
+            f"(×{b['dv_scale']:g}) | {b['dv'] / tokens:.4f} | " + (law or '–') + ' |'), b
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
+    p.add_argument('--windows', type=int, default=10000)
+    p.add_argument('--epochs', type=int, default=2)
+    p.add_argument('--num_samples', type=int, default=1000)
+    p.add_argument('--law_windows', type=int, default=100)
+    p.add_argument('--seed', type=int, default=1337)
+    A = p.parse_args()
+    t0 = time.time()
+    cfg = json.load(open(os.path.join(A.run, 'config.json')))
+    base_path, work = os.path.join(A.run, 'base_model_v1.pt'), os.path.join(A.run, 'recipes')
+    os.makedirs(work, exist_ok=True)
+    data_dir = resolve_data_dir(cfg['dataset'])
+    base = GPT.from_checkpoint(base_path)
+    tok = TokenizationManager.from_info(load_checkpoint(base_path)['tokenization'])
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    natural, prompts = eval_windows(val, A.num_samples, base.config.block_size, A.seed)
+    with torch.no_grad():
+        samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN,
+                                generator=torch.Generator().manual_seed(A.seed))
+    len_completion = natural.shape[1] - PROMPT_LEN
+    law_natural = natural[:A.law_windows]
+    base_law = np.exp(np.mean(-completion_logprob(base, law_natural, PROMPT_LEN) / len_completion))
+    data_flops = {kind: make_data(kind, base_path, data_dir, os.path.join(work, f'data_{kind}'), A.windows, A.seed,
+                                (A.num_samples, A.seed))
+                  for kind in ('crossover', 'window')}
+    lines, spent = [], {}
+    for name, (kind, options) in RECIPES.items():
+        path = os.path.join(work, f'judge_{name}.pt')
+        if not os.path.exists(path):
+            with contextlib.redirect_stdout(sys.stderr):
+                train_reward_model.main(reward_model_cmd(base_path, os.path.join(work, f'data_{kind}'), path, A.seed,
+                                                         'auto', options + [f'--max_epochs={A.epochs}',
+                                                                            '--max_iters=100000', '--patience=8'])[1:])
+        judge = GPT.from_checkpoint(path)
+        spent[name] = data_flops[kind] + load_checkpoint(path)['flops']
+        law = None
+        if judge.config.reward_pooling == 'token':
+            ce, own = judge_law_cross_entropy(base, judge, law_natural, PROMPT_LEN)
+            law = f"{np.exp(ce.mean()):.3f} (base {np.exp(own.mean()):.3f})"
+        lines.append(row(name, scores(judge, natural), scores(judge, samples), spent[name], A.seed, len_completion, law)[0])
+    ngram = ngram_judge(os.path.join(work, 'data_window'), tok)
+    p_nat, p_smp = (np.clip(ngram.p_natural(completion_texts(tok, w)), 1e-7, 1 - 1e-7) for w in (natural, samples))
+    lines.append(row('n-gram', np.log(p_nat / (1 - p_nat)), np.log(p_smp / (1 - p_smp)), data_flops['window'],
+                     A.seed, len_completion)[0])
+    mle = GPT.from_checkpoint(mle_control(A.run, cfg, base_path, max(spent.values()),
+                                          os.path.join(work, 'mle_at_recipe_flops.pt')))
+    f_nat = completion_logprob(mle, natural, PROMPT_LEN) - completion_logprob(base, natural, PROMPT_LEN)
+    f_smp = completion_logprob(mle, samples, PROMPT_LEN) - completion_logprob(base, samples, PROMPT_LEN)
+    mle_line, _ = row('MLE control, exact log-ratio', f_nat, f_smp, max(spent.values()), A.seed, len_completion)
+    print(f"\n{A.windows} sampled windows a recipe, {A.epochs} epochs; read on {A.num_samples} natural val windows "
+          f"against as many base samples, {len_completion} tokens written; base perplexity on the law's "
+          f"{A.law_windows} windows {base_law:.3f}\n"
+          "| judge | FLOPs (data + training) | sight (AUC) | DV, nats a window [95%] (scale) | DV, nats a token | "
+          "next-token law's perplexity |\n|---|---|---|---|---|---|")
+    print('\n'.join(lines + [mle_line]))
+    print(f"the MLE control's exact cross-entropy gap to the base on these natural windows: {f_nat.mean():.2f} nats a "
+          f"window ({f_nat.mean() / len_completion:.4f} a token)")
+    print(f"{time.time() - t0:.0f} s")
+
+
+if __name__ == '__main__':
+    main()

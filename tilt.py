@@ -1,0 +1,158 @@
+"""
+The generator tilted by a judge, pi·e^{a·f} (worth.py), sampled and scored without RL: sample.py, evaluate.py's
+tilt point and the cycle's read it here.
+
+f is a reward model's log-odds of natural text on a window (its last block_size tokens), or, the positive control, a
+better generator's exact log-ratio log p_T - log pi over the completion (whose tilt at a = 1 is p_T itself).
+
+Sampled by importance resampling: K candidates from pi for a prompt, one kept with probability ∝ e^{a·f}. That
+sampler q_K has a density of its own, q_K(x) = pi(x)·w(x)·E[K / (w(x) + w(x_2) + ... + w(x_K))] (w = e^{a·f}, x_j
+drawn from pi); it tends to the tilt as K grows and never raises a text's probability more than K-fold. Its
+perplexity on natural completions is read per prompt, from fresh candidates of that prompt, two ways:
+  conservative: -log of the unbiased estimate pi(x)·w(x)·K / (w(x) + w(x_2..x_K)) of q_K(x). Unbiased inside the
+                log, it errs high after it (Jensen): the sampler's perplexity, overstated on average. The verdicts
+                read this one.
+  optimistic:   the tilt's own normaliser Z = E_pi[w] estimated by the mean of w over K candidates; log-mean-exp
+                errs low (Jensen), so this perplexity of the K = infinity tilt is understated on average, and by far
+                where few candidates carry the weight (a better model's exact log-ratio over 120 characters).
+Both agree for a constant judge (pi itself) and close in on the tilt's from either side as K grows.
+"""
+
+import numpy as np
+import torch
+
+from model import GPT, load_checkpoint
+from policy import token_logprobs
+from tokenization_manager import TokenizationInfo
+from worth import effective_sample_size, log_odds, tilt_choice
+
+TILT_PPL_K = (8, 32, 128)  # the candidates a prompt at which the tilt's perplexity is shown
+ROWS = 1024  # sequences a batch, in sampling and scoring
+
+
+@torch.no_grad()
+def completion_logprob(model, windows, prompt_len, temperature=1.0):
+    """Each window's log-probability (nats, float64) of its tokens after the first prompt_len, under model at this
+    temperature."""
+    return np.concatenate([token_logprobs(model, windows[i:i + ROWS], temperature)[0][:, prompt_len - 1:].sum(1)
+                           .double().cpu().numpy() for i in range(0, len(windows), ROWS)])
+
+
+class TiltSource:
+    """What tilts the generator: a reward model's log-odds, or a better generator's exact log-ratio to it."""
+
+    def __init__(self, path, generator, generator_ckpt, temperature, device):
+        ckpt = load_checkpoint(path)
+        TokenizationInfo.from_dict(generator_ckpt['tokenization']).check_compatible(
+            TokenizationInfo.from_dict(ckpt['tokenization']), 'the generator', path)
+        self.path, self.model, self.generator = path, GPT.from_checkpoint(ckpt, device=device), generator
+        self.kind = 'judge' if ckpt['model_args'].get('mode') == 'reward' else 'exact log-ratio'
+        self.temperature = temperature  # the tilted generator's sampling law pi is pi at this temperature
+
+    @torch.no_grad()
+    def scores(self, windows, prompt_len):
+        """f of each window (float64)."""
+        if self.kind == 'exact log-ratio':
+            return completion_logprob(self.model, windows, prompt_len) \
+                - completion_logprob(self.generator, windows, prompt_len, self.temperature)
+        block = self.model.config.block_size
+        return np.concatenate([log_odds(self.model(windows[i:i + ROWS, -block:])[0].double().cpu().numpy())
+                               for i in range(0, len(windows), ROWS)])
+
+    def flops_per_window(self, length, prompt_len):
+        """Model FLOPs of scoring one window (the generator's own pass too, for an exact log-ratio)."""
+        if self.kind == 'exact log-ratio':
+            return (self.model.flops_per_token() + self.generator.flops_per_token()) * (length - prompt_len)
+        return self.model.flops_per_token() * min(length, self.model.config.block_size)
+
+
+@torch.no_grad()
+def candidates(model, prompts, length, K, temperature, top_k, generator):
+    """K continuations of each prompt (n, P) to `length` tokens: (n, K, length), and the entropy of the law each
+    generated token was drawn from (n, K, length - P)."""
+    n, P = prompts.shape
+    per = max(1, ROWS // K)
+    outs, ents = [], []
+    for i in range(0, n, per):
+        rows = prompts[i:i + per].repeat_interleave(K, dim=0)
+        out, ent = model.generate(rows, length - P, temperature, top_k, generator=generator, entropy=True)
+        outs.append(out.view(-1, K, length))
+        ents.append(ent.view(-1, K, length - P))
+    return torch.cat(outs), torch.cat(ents)
+
+
+def sample_tilt(model, source, prompts, length, K, scale, temperature, top_k, generator, rng, best=False):
+    """
+    The tilt sampled by resampling: for each prompt (n, P), K candidates from the generator, one kept ∝ e^{scale·f}
+    (best=True: the judge's favourite, best-of-K). Returns the kept samples (n, length), the entropy along them
+    (n, length - P), and figures: the candidates' mean effective sample size under the weights, f's mean over the
+    kept and over all candidates, and the sampling's model FLOPs (the candidates and their scoring).
+    """
+    n, P = prompts.shape
+    cand, ent = candidates(model, prompts, length, K, temperature, top_k, generator)
+    f = source.scores(cand.view(n * K, length), P).reshape(n, K)
+    kept = torch.from_numpy(tilt_choice(f, scale, best, rng)).to(cand.device)
+    rows = torch.arange(n, device=cand.device)
+    flops = n * K * ((length - P) * model.flops_per_token() + source.flops_per_window(length, P))
+    figures = dict(tilt_ess=float(np.mean([effective_sample_size(scale * r) for r in f])),
+                   tilt_f_kept=float(f[np.arange(n), kept.cpu().numpy()].mean()), tilt_f_candidates=float(f.mean()),
+                   tilt_sampling_flops=int(flops))
+    return cand[rows, kept], ent[rows, kept], figures
+
+
+def tilt_cross_entropy(model, source, natural, prompt_len, Ks, scale, temperature, generator):
+    """
+    The tilt's cross-entropy on each natural window's completion (nats a completion token), for each K of Ks:
+    {K: {'conservative': (n,), 'optimistic': (n,)}} (module docstring), from max(Ks) fresh candidates of each
+    window's own prompt, nested (K = 8 reads the first 8 of them).
+    """
+    L = natural.shape[1]
+    lp = completion_logprob(model, natural, prompt_len, temperature)
+    a_nat = scale * source.scores(natural, prompt_len)
+    cand, _ = candidates(model, natural[:, :prompt_len], L, max(Ks), temperature, None, generator)
+    a_cand = scale * source.scores(cand.view(-1, L), prompt_len).reshape(len(natural), -1)
+    out = {}
+    for K in Ks:
+        optimistic = np.logaddexp.reduce(a_cand[:, :K], axis=1) - np.log(K)
+        conservative = np.logaddexp.reduce(np.c_[a_nat, a_cand[:, :K - 1]], axis=1) - np.log(K)
+        out[K] = {name: -(lp + a_nat - log_z) / (L - prompt_len)
+                  for name, log_z in (('conservative', conservative), ('optimistic', optimistic))}
+    return out
+
+
+@torch.no_grad()
+def judge_law_cross_entropy(model, judge, natural, prompt_len, scale=1.0, temperature=1.0, windows_a_batch=8):
+    """
+    A token judge's next-token law (FUDGE's reweighting, Yang & Klein 2021): p_J(v | x<t) ∝ pi(v | x<t)·e^{a·f(x<t v)},
+    f(x<t v) the judge's log-odds at position t when token t is v (its head's two logits' difference), normalised
+    over the whole vocabulary, so it needs no estimate of a normaliser. Returns each natural window's cross-entropy
+    under that law and under pi (nats a completion token, float64): the law a game distilling the judge's per-prefix
+    knowledge would reach. The judge runs once a position for every token of the vocabulary, through a key/value
+    cache of the true prefix, `windows_a_batch` windows at a time.
+    """
+    from model import KVCache
+    if judge.config.reward_pooling != 'token':
+        raise ValueError("the judge's next-token law needs a judge that reads every prefix (reward_pooling 'token')")
+    V, (n, L) = model.config.vocab_size, natural.shape
+    every = torch.arange(V, device=natural.device)
+    law, own = [], []
+    for i in range(0, n, windows_a_batch):
+        x = natural[i:i + windows_a_batch]
+        B = len(x)
+        log_pi = torch.log_softmax(model(x[:, :-1], all_logits=True)[0].double() / temperature, -1)
+        cache = KVCache(judge.config.n_layer, L, chunk=L)
+        judge.hidden_states(x[:, :prompt_len].repeat_interleave(V, 0), cache, 0)  # the true prompt, in every row
+        scores = []
+        for t in range(prompt_len, L):  # token t takes every value v: f(x<t v), then the cache keeps the true x_t
+            h = judge.hidden_states(every.repeat(B)[:, None], cache, t)
+            logits = judge.reward_head[:-1](h[:, 0]).double()
+            scores.append((logits[:, 0] - logits[:, 1]).view(B, V))
+            rows = torch.arange(B, device=x.device) * V + x[:, t]
+            for buffers in (cache.k, cache.v):
+                for buf in buffers:
+                    buf[:, :, t] = buf[rows, :, t].repeat_interleave(V, 0)
+        log_law = torch.log_softmax(log_pi[:, prompt_len - 1:] + scale * torch.stack(scores, 1), -1)
+        targets = x[:, prompt_len:, None]
+        law.append(-log_law.gather(-1, targets).squeeze(-1).mean(1))
+        own.append(-log_pi[:, prompt_len - 1:].gather(-1, targets).squeeze(-1).mean(1))
+    return torch.cat(law).cpu().numpy(), torch.cat(own).cpu().numpy()
