@@ -12,7 +12,9 @@ given the same sampled windows and passes over them:
   per-prefix   the same windows, every position labelled (natural before the 8-token prompt's end, then synthetic),
                token pooling, every weight trained: a judge of every prefix, read also by its next-token law's
                perplexity (tilt.judge_law_cross_entropy);
-  n-gram       the two-sample test's classifier (judge.NgramJudge) fit on the same windows' completions.
+  n-gram       the two-sample test's classifier (judge.NgramJudge) fit on the same windows' completions;
+  combined     its features beside the GPT's (the base's final states, mean-pooled and standardised), one logistic
+               regression on both.
 Beside them, the MLE control given the largest recipe's FLOPs (run_cycles.mle_stage's rule, its best checkpoint
 kept) and its exact log-ratio: what the same compute buys as next-token training, in the same nats.
 
@@ -84,6 +86,30 @@ def ngram_judge(data, tok):
     return judge
 
 
+def combined_judge(data, tok, base):
+    """The n-gram judge's features beside the base's mean-pooled final states, one logistic regression on both, fit
+    on the window data's train windows; returns its log-odds of natural text on given windows, and the FLOPs of the
+    base's pass over its training windows."""
+    from scipy.sparse import csr_matrix, hstack
+    from sklearn.preprocessing import StandardScaler
+    from evaluate import mean_pooled_features
+    from two_sample import tfidf_classifier
+    ds = RewardDataset(data, 'train')
+    windows = torch.from_numpy(np.concatenate([ds.natural, ds.x]).astype(np.int64))
+    y = np.r_[np.zeros(len(ds.natural)), np.ones(len(ds.x))]
+    classifier = tfidf_classifier()
+    tfidf = classifier[:-1].fit_transform(np.array(completion_texts(tok, windows), dtype=object), y)
+    features = mean_pooled_features(base, windows)
+    scaler = StandardScaler().fit(features)
+    classifier[-1].fit(hstack([tfidf, csr_matrix(scaler.transform(features))]).tocsr(), y)
+
+    def log_odds_of(w):
+        x = hstack([classifier[:-1].transform(np.array(completion_texts(tok, w), dtype=object)),
+                    csr_matrix(scaler.transform(mean_pooled_features(base, w)))]).tocsr()
+        return -classifier[-1].decision_function(x)  # its logit is that of a sample; natural is class 0
+    return log_odds_of, base.flops_per_token() * windows.numel()
+
+
 def mle_control(run, cfg, base, flops, out):
     """The MLE control at these FLOPs, by the cycle's rule (run_cycles.mle_args), trained once."""
     if not os.path.exists(out):
@@ -153,6 +179,9 @@ def main():
     p_nat, p_smp = (np.clip(ngram.p_natural(completion_texts(tok, w)), 1e-7, 1 - 1e-7) for w in (natural, samples))
     lines.append(row('n-gram', np.log(p_nat / (1 - p_nat)), np.log(p_smp / (1 - p_smp)), data_flops['window'],
                      A.seed, len_completion)[0])
+    combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base)
+    lines.append(row("combined (n-gram + the base's features)", combined(natural), combined(samples),
+                     data_flops['window'] + pass_flops, A.seed, len_completion)[0])
     mle = GPT.from_checkpoint(mle_control(A.run, cfg, base_path, max(spent.values()),
                                           os.path.join(work, 'mle_at_recipe_flops.pt')))
     f_nat = completion_logprob(mle, natural, PROMPT_LEN) - completion_logprob(base, natural, PROMPT_LEN)
