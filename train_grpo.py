@@ -83,6 +83,13 @@ teacher_kl = 'reverse'
 # with teacher_kl_weight: False drops the sampled log-ratios from the reward (every advantage 0), leaving the exact
 # term alone, on-policy distillation with no policy gradient: what that term earns apart from the sampled reward
 teacher_sampled = True
+# the judge's reward: 'p_natural', its P(natural) (the seed's design), or 'log_odds', log P(natural) - log P(synthetic)
+# (a token judge's summed over the completion's positions). With kl_in_reward, beta=0 and scale_rewards='none' the
+# game's fixed point is the tilt pi_ref·e^f (tilt.py), the only one that is natural text under a perfect judge
+reward_form = 'p_natural'
+# True: the reward minus the completion's exact log-ratio log pi(x)/pi_ref(x) under the rollout policy, so the
+# policy gradient is that of E[f] - KL(pi || pi_ref) at weight 1 (the KL inside the reward, no k3 term: beta=0)
+kl_in_reward = False
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -296,7 +303,7 @@ def load_models(C, rt):
         raise UserError(f"{C.policy_path} is a reward model; --policy_path takes a generator checkpoint")
     policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
     reference = None
-    if C.beta > 0 or C.max_kl > 0:
+    if C.beta > 0 or C.max_kl > 0 or C.kl_in_reward:
         reference = copy.deepcopy(policy).requires_grad_(False).eval()
     if C.judge == 'ngram':
         return policy_ckpt, None, policy, None, reference
@@ -356,6 +363,12 @@ def check_config(C):
                         "--token_advantages=True")
     if not C.teacher_sampled and not C.teacher_kl_weight:
         raise UserError("--teacher_sampled=False leaves the exact term alone: pass --teacher_kl_weight > 0 with it")
+    if C.reward_form not in ('p_natural', 'log_odds') or (C.reward_form == 'log_odds' and (
+            C.reward != 'judge' or C.judge != 'model' or C.token_advantages)):
+        raise UserError("reward_form must be p_natural or log_odds; log_odds reads the reward model's whole-completion "
+                        "score: --reward=judge, --judge=model, no token_advantages")
+    if C.kl_in_reward and C.beta:
+        raise UserError("--kl_in_reward=True puts the KL inside the reward at weight 1: pass --beta=0 (no k3 term)")
     if C.token_advantages and C.reward == 'known_words':
         raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
@@ -465,12 +478,12 @@ def step_flops(run):
     """Compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, the judge's
     pass where the reward is the judge's (a positive control's judge scores the rollouts as an instrument only, so
     its pass is no cost of the method), the reference, the policy's own log-probs of the rollouts for a teacher's
-    log-ratio, and num_iterations forward+backward passes of the policy, over every rank's rows."""
+    log-ratio or the KL inside the reward, and num_iterations forward+backward passes of the policy, over every rank's rows."""
     C, N, policy = run.C, run.N, run.policy
     rows = C.prompts_per_step * C.num_generations
     flops = rows * N * (policy.flops_per_token() + (judge_flops_per_token(run) if C.reward == 'judge' else 0)
                         + (run.reference.flops_per_token() if run.reference is not None else 0)
-                        + (policy.flops_per_token() if C.reward == 'teacher' else 0)
+                        + policy.flops_per_token() * ((C.reward == 'teacher') + C.kl_in_reward)
                         + C.num_iterations * policy.flops_per_token(backward=True))
     if C.nll_weight:  # the natural continuations' forward and backward
         flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
@@ -557,6 +570,8 @@ def score(run, batch, reference=True):
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
         s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
         s.teacher_logp = None
+    if C.reward_form == 'log_odds' and not C.judge_off:
+        s.rewards = log_odds_reward(s.probs, batch.generated)
     s.natural_share = batch.lengths_t.float() / run.N
     s.fresh = reward_metrics(s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N,
                              float(s.natural_share.mean()))
@@ -564,7 +579,25 @@ def score(run, batch, reference=True):
     if reference and run.reference is not None:
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
+    if reference and C.kl_in_reward:
+        with torch.no_grad(), rt.ctx:
+            logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
+        s.rewards = kl_regularised(s.rewards, logps, s.ref_logps, batch.mask)
     return s
+
+
+def log_odds_reward(probs, generated):
+    """The judge's log-odds of natural text, log P(natural) - log P(synthetic), of each completion: a pooled judge's
+    (B, 2) probs, or a token judge's (B, N, 2) summed over the completion's positions (generated: 1 there)."""
+    p = probs.double().clamp_min(1e-7)
+    f = p[..., 0].log() - p[..., 1].log()
+    return ((f * generated).sum(1) if f.dim() == 2 else f).float()
+
+
+def kl_regularised(rewards, logps, ref_logps, mask):
+    """rewards minus each completion's exact log-ratio sum_t log pi(x_t) - log pi_ref(x_t) over its tokens (mask):
+    its expected policy gradient is that of E[r] - KL(pi || pi_ref)."""
+    return rewards - ((logps - ref_logps) * mask).sum(1).to(rewards.dtype)
 
 
 def model_scores(run, batch):
@@ -580,7 +613,7 @@ def model_scores(run, batch):
         real_probs = rm.reward_head(real_feats).float() if pairwise else None
     judged, p_natural = probs[..., 0], sequence_probs(probs)[:, 0]  # P(natural); the sequence's estimates K/N
     rewards = (judged * batch.generated).sum(1) / batch.generated.sum(1) if judged.dim() == 2 else p_natural
-    s = SimpleNamespace(feats=feats, judged=judged, rewards=rewards, p_natural=p_natural, real_feats=None,
+    s = SimpleNamespace(feats=feats, judged=judged, rewards=rewards, p_natural=p_natural, probs=probs, real_feats=None,
                         pair_acc=None, sight=judge_sight(batch, sight_window_probs(run), probs[..., 0]))
     if pairwise:
         s.real_feats = real_feats.float().repeat_interleave(C.num_generations, 0)

@@ -201,6 +201,23 @@ def test_reward_model_of_another_length_is_refused(tmp_path, known_answer_run, c
     assert r.returncode == 2 and 'trained on sequences of 16 tokens' in r.stderr and 'Traceback' not in r.stderr
 
 
+def test_the_log_odds_reward_with_the_kl_inside_it_plays_end_to_end(tmp_path, known_answer_run, char_ckpt, char_data):
+    """--reward_form=log_odds --kl_in_reward=True: the rewards are the judge's log-odds minus the completion's
+    log-ratio to the reference (no longer in [0, 1]); with beta > 0 the k3 term would count the KL twice: refused."""
+    from configurator import UserError, configure
+    from train_grpo import DEFAULTS, check_config
+    d, _ = known_answer_run
+    args = [f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}', '--reward_form=log_odds',
+            '--kl_in_reward=True']
+    r = run_script('train_grpo.py', *args, f'--dataset={char_data}', f'--out_path={tmp_path / "p.pt"}', '--beta=0',
+                   '--device=cpu', '--max_steps=2', '--eval_interval=2', '--scale_rewards=none', '--warmup_steps=1')
+    assert r.returncode == 0, r.stderr[-3000:]
+    history = load_checkpoint(str(tmp_path / 'p.pt'))['metrics']['history']
+    assert len(history) == 2 and any(not 0 <= h['reward'] <= 1 for h in history), history
+    with pytest.raises(UserError, match='--beta=0'):
+        check_config(configure(DEFAULTS, args + ['--beta=0.04']))
+
+
 def test_eval_interval_zero_is_refused(tmp_path, known_answer_run, char_ckpt):
     d, _ = known_answer_run  # it was a ZeroDivisionError at the first step
     r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={d / "rm.pt"}',
@@ -832,3 +849,44 @@ def test_the_known_word_reward_plays_through_grpo(judge_case, char_ckpt):
 def test_positive_control_settings_are_checked(args, message, char_ckpt):
     r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', '--reward_model_path=x.pt', *args)
     assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
+
+
+def test_the_kl_inside_the_reward_gives_the_gradient_of_the_regularised_objective(char_ckpt):
+    """The fixed point made right (--reward_form=log_odds --kl_in_reward=True --beta=0 --scale_rewards=none): with
+    the completion's exact log-ratio to the reference inside the reward and centred, unscaled advantages, the mean
+    update of the loss points along the gradient of E_pi[f] - KL(pi || pi_ref), which is computed exactly here by
+    enumerating every two-token completion of a prompt (G-sized groups shrink it by (G - 1) / G)."""
+    from train_grpo import kl_regularised
+    torch.manual_seed(0)
+    policy = GPT.from_checkpoint(char_ckpt)
+    reference = GPT.from_checkpoint(char_ckpt).requires_grad_(False)
+    with torch.no_grad():  # a policy already moved away from its reference
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    V, P, G, n = policy.config.vocab_size, 4, 8, 10000
+    prompt = torch.arange(1, P + 1)[None, :]
+    f_table = torch.randn(V, V, generator=torch.Generator().manual_seed(1))  # the judge: any function of the text
+
+    def regularised(seqs):  # (f, log pi, log pi_ref, mask) of two-token completions
+        mask = torch.zeros(len(seqs), P + 1)
+        mask[:, P - 1:] = 1
+        logps = token_logprobs(policy, seqs, 1.0)[0]
+        return f_table[seqs[:, P], seqs[:, P + 1]], logps, token_logprobs(reference, seqs, 1.0)[0], mask
+
+    grid = torch.cartesian_prod(torch.arange(V), torch.arange(V))
+    f, logps, ref, mask = regularised(torch.cat([prompt.repeat(V * V, 1), grid], 1))
+    log_pi = (logps * mask).sum(1)
+    objective = (log_pi.exp() * (f - log_pi + (ref * mask).sum(1))).sum()  # E_pi[f] - KL(pi || pi_ref), exactly
+    exact = torch.autograd.grad(objective, list(policy.parameters()))
+    with torch.no_grad():
+        seqs = policy.generate(prompt.repeat(n, 1), 2, generator=torch.Generator().manual_seed(2))
+    f, logps, ref, mask = regularised(seqs)
+    advantages = group_advantages(kl_regularised(f, logps.detach(), ref, mask), G, 'none')[0]
+    loss = grpo_loss(logps, logps.detach(), None, advantages, mask, beta=0.0, loss_type='dr_grpo',
+                     max_completion_length=2)[0]
+    update = torch.autograd.grad(-loss, list(policy.parameters()))
+    flat = [torch.cat([g.flatten() for g in grads]) for grads in (exact, update)]
+    cosine = float(torch.nn.functional.cosine_similarity(*flat, dim=0))
+    ratio = float(flat[1].norm() / flat[0].norm()) / ((G - 1) / G / 2)  # dr_grpo divides by 2 completion tokens
+    # (the same reward without the KL inside it reads cosine 0.85 and ratio 0.29 here)
+    assert cosine > 0.97 and 0.85 < ratio < 1.15, (cosine, ratio)
