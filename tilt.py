@@ -38,6 +38,14 @@ def completion_logprob(model, windows, prompt_len, temperature=1.0):
                            .double().cpu().numpy() for i in range(0, len(windows), ROWS)])
 
 
+@torch.no_grad()
+def judge_log_odds(judge, windows):
+    """A reward model's log-odds of natural text (worth.log_odds) on each window, read on its last block_size tokens."""
+    block = judge.config.block_size
+    return np.concatenate([log_odds(judge(windows[i:i + ROWS, -block:])[0].double().cpu().numpy())
+                           for i in range(0, len(windows), ROWS)])
+
+
 class TiltSource:
     """What tilts the generator: a reward model's log-odds, or a better generator's exact log-ratio to it."""
 
@@ -55,9 +63,7 @@ class TiltSource:
         if self.kind == 'exact log-ratio':
             return completion_logprob(self.model, windows, prompt_len) \
                 - completion_logprob(self.generator, windows, prompt_len, self.temperature)
-        block = self.model.config.block_size
-        return np.concatenate([log_odds(self.model(windows[i:i + ROWS, -block:])[0].double().cpu().numpy())
-                               for i in range(0, len(windows), ROWS)])
+        return judge_log_odds(self.model, windows)
 
     def flops_per_window(self, length, prompt_len):
         """Model FLOPs of scoring one window (the generator's own pass too, for an exact log-ratio)."""

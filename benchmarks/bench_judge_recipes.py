@@ -46,10 +46,10 @@ from judge import NgramJudge, reward_data_cmd, reward_model_cmd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
 from run_cycles import DEFAULTS, base_train_args, mle_args  # noqa: E402
-from tilt import completion_logprob, judge_law_cross_entropy  # noqa: E402
+from tilt import completion_logprob, judge_law_cross_entropy, judge_log_odds  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
-from worth import dv_bound, log_odds  # noqa: E402
+from worth import dv_bound  # noqa: E402
 
 # each GPT recipe: (its data, train_reward_model.py options)
 RECIPES = {
@@ -70,11 +70,6 @@ def make_data(kind, base, data_dir, out, windows, seed, exclude):
                                                      crossover_k=k, exclude_eval=exclude)[1:])
         os.replace(out + '.partial', out)
     return sum(int(read_metadata(os.path.join(out, f'{s}_metadata.txt'))['flops']) for s in ('train', 'val'))
-
-
-@torch.no_grad()
-def scores(judge, windows):
-    return np.concatenate([log_odds(judge(windows[i:i + 500])[0].double().numpy()) for i in range(0, len(windows), 500)])
 
 
 def ngram_judge(data, tok):
@@ -174,7 +169,8 @@ def main():
         if judge.config.reward_pooling == 'token':
             ce, own = judge_law_cross_entropy(base, judge, law_natural, PROMPT_LEN)
             law = f"{np.exp(ce.mean()):.3f} (base {np.exp(own.mean()):.3f})"
-        lines.append(row(name, scores(judge, natural), scores(judge, samples), spent[name], A.seed, len_completion, law)[0])
+        lines.append(row(name, judge_log_odds(judge, natural), judge_log_odds(judge, samples), spent[name], A.seed,
+                         len_completion, law)[0])
     ngram = ngram_judge(os.path.join(work, 'data_window'), tok)
     p_nat, p_smp = (np.clip(ngram.p_natural(completion_texts(tok, w)), 1e-7, 1 - 1e-7) for w in (natural, samples))
     lines.append(row('n-gram', np.log(p_nat / (1 - p_nat)), np.log(p_smp / (1 - p_smp)), data_flops['window'],

@@ -22,15 +22,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import resolve_data_dir  # noqa: E402
 from model import GPT  # noqa: E402
-from tilt import completion_logprob  # noqa: E402
+from tilt import completion_logprob, judge_log_odds  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
-from worth import dv_bound, log_mean_exp, log_odds  # noqa: E402
-
-
-@torch.no_grad()
-def judge_log_odds(judge, windows, batch=100):
-    return np.concatenate([log_odds(judge(windows[i:i + batch])[0].double().numpy())
-                           for i in range(0, len(windows), batch)])
+from worth import dv_bound, log_mean_exp  # noqa: E402
 
 
 def row(name, f_natural, f_samples, seed, exact=None):
