@@ -107,9 +107,18 @@ grpo_referee_samples = 0  # k > 0: the two-sample AUC of k policy samples at eac
 grpo_token_advantages = False  # with reward_pooling='token': per-token advantages from the judge's per-position scores
 grpo_nll_weight = 0.0  # real text in GRPO's loss: this weight times the next-token loss of its prompts' continuations
 # the positive controls (train_grpo.py's reward): 'judge' plays the cycle's judge; 'teacher' a stronger generator's
-# per-token log-ratio (grpo_teacher_path), 'known_words' the share of train-split words; the judge is still trained,
-# scores every rollout and reads the new version, as a judge that did not play
+# per-token log-ratio (grpo_teacher_path), 'teacher_ratio' its sequence log-ratio to base v{n} as one scalar (a
+# judge's channel), 'known_words' the share of train-split words, 'module:function' a user's own; the judge is still
+# trained, scores every rollout and reads the new version, as a judge that did not play
 grpo_reward = 'judge'
+# the game whose fixed point is the judge's tilt (train_grpo.py): the judge's log-odds ('log_odds') or P(natural),
+# the KL to base v{n} inside the reward, the reward's scale a, the objective (grpo, dpg, resample_mle, judge_teacher)
+# and GRPO's loss normalisation (dr_grpo: a constant, so a sequence reward's gradient is not divided by its length)
+grpo_reward_form = 'p_natural'
+grpo_kl_in_reward = False
+grpo_reward_scale = 1.0
+grpo_objective = 'grpo'
+grpo_loss_type = 'grpo'
 grpo_teacher_path = ''
 grpo_token_discount = 0.23  # with grpo_token_advantages: the discount of later per-token rewards (1: their sum)
 grpo_teacher_kl_weight = 0.0  # the teacher's reward: weight of the exact per-token KL (MiniLLM's single step)
@@ -373,6 +382,11 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--teacher_kl_weight={C.grpo_teacher_kl_weight}'] if C.grpo_teacher_kl_weight else []) \
         + ([f'--teacher_kl={C.grpo_teacher_kl}'] if C.grpo_teacher_kl != 'reverse' else []) \
         + (['--teacher_sampled=False'] if not C.grpo_teacher_sampled else []) \
+        + ([f'--reward_form={C.grpo_reward_form}'] if C.grpo_reward_form != 'p_natural' else []) \
+        + (['--kl_in_reward=True'] if C.grpo_kl_in_reward else []) \
+        + ([f'--reward_scale={C.grpo_reward_scale}'] if C.grpo_reward_scale != 1.0 else []) \
+        + ([f'--objective={C.grpo_objective}'] if C.grpo_objective != 'grpo' else []) \
+        + ([f'--loss_type={C.grpo_loss_type}'] if C.grpo_loss_type != 'grpo' else []) \
         + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])
 
 

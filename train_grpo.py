@@ -28,6 +28,11 @@ position by position within the group.
 With nll_weight > 0 real text stays in the loss: each update adds that weight times the next-token loss of the
 corpus' own continuation of each step's prompts (the natural windows the prompts were cut from), the pull towards
 the corpus that TextGAIL gets from human text in its buffer and SPIN from its NLL term.
+
+The reward is one function of rewards.py (--reward: the judge's, a positive control's, or a user's module:function).
+The game whose fixed point is the judge's tilt pi_ref·e^{a·f}: --reward_form=log_odds, --kl_in_reward=True, --beta=0,
+--scale_rewards=none (reward_scale: a); or, towards the same tilt by distribution matching, --objective=dpg,
+resample_mle or judge_teacher (docs/grpo_cycle.md, "The fixed point made right, and distribution matching").
 """
 
 import copy
@@ -46,14 +51,17 @@ from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from auc import sight_auc
 from judge import NgramJudge, freeze_trunk, judge_update, pair_accuracy, reward_metrics
-from data_loader import whole_words, words_known_in
+from data_loader import words_known_in
 from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
 from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
                     token_logprobs, warmup_lr)
+from rewards import NEEDS_TEACHER, kl_regularised, reward_function
 from runtime import (all_reduce_mean, broadcast_stop, gather_lists, global_std, global_sum, load_resume_state,
                      resume_file, rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
 from tokenization_manager import TokenizationInfo, TokenizationManager
+from tilt import judge_token_scores
 from tracking import TRACKING_DEFAULTS, Tracker
+from worth import effective_sample_size, tilt_choice
 from two_sample import continuation_texts, eval_windows, two_sample_test
 
 # -----------------------------------------------------------------------------
@@ -64,11 +72,13 @@ reward_model_path = ''  # the frozen judge
 # scratch every judge_update_interval steps on the replay's rollouts against natural continuations (its prompts' own
 # and judge_natural_windows more), first on judge_warmup_steps batches before the policy moves
 judge = 'model'
-# the reward the policy plays for: 'judge', the judge's P(natural) (the seed's design); or a positive control, a
-# reward known to be right, with the judge still scoring and logged as an instrument beside it: 'teacher', the mean
-# over the completion of log p_teacher - log p_policy per token, a stronger generator at teacher_path (MiniLLM's
-# reverse-KL reward: with token_advantages each token is credited with its own and later log-ratios); 'known_words',
-# the share of the completion's words found in the train split (an exact reward, and a hackable one)
+# the reward the policy plays for (rewards.py, one function each): 'judge', the judge's P(natural) (the seed's
+# design); or a positive control, a reward known to be right, with the judge still scoring and logged as an instrument
+# beside it: 'teacher', the mean over the completion of log p_teacher - log p_policy per token, a stronger generator
+# at teacher_path (MiniLLM's reverse-KL reward: with token_advantages each token is credited with its own and later
+# log-ratios); 'teacher_ratio', its exact sequence log-ratio to the reference, one scalar a completion as a judge
+# gives it; 'known_words', the share of the completion's words found in the train split (exact, and hackable); or
+# 'module:function', a user's own (TRL's reward_funcs shape: function(prompts, completions, **kwargs) -> floats)
 reward = 'judge'
 teacher_path = ''
 # reward='teacher' with token_advantages: MiniLLM's single-step decomposition. > 0: each completion position's own
@@ -90,6 +100,19 @@ reward_form = 'p_natural'
 # True: the reward minus the completion's exact log-ratio log pi(x)/pi_ref(x) under the rollout policy, so the
 # policy gradient is that of E[f] - KL(pi || pi_ref) at weight 1 (the KL inside the reward, no k3 term: beta=0)
 kl_in_reward = False
+# the reward's scale a: the tilt pi_ref·e^{a·r} the KL-regularised and distribution-matching games reach (a < 1, a
+# tempered tilt, moves less far and with less variance)
+reward_scale = 1.0
+# 'grpo': group-relative advantages of the reward (the seed's). Or distribution matching towards the tilt pi_ref·e^r
+# (r: the reward times reward_scale), each rollout weighed by pi_ref(x)·e^{r(x)} / pi(x), self-normalised within its
+# group: 'dpg', the weights as advantages G·w - 1 (Khalifa et al. 2021's distributional policy gradient, Korbak et al.
+# 2022's baseline); 'resample_mle', one rollout a group resampled by them and trained on by next-token loss (RAFT,
+# ReST); 'judge_teacher', the tilt's own next-token law p(v | x<t) ∝ pi_base(v | x<t)·e^{r(x<t v)}, normalised over
+# the vocabulary, distilled by the exact forward KL on the policy's prefixes (a token judge's per-prefix log-odds,
+# FUDGE's reweighting, with pi_base the reference, or the policy while the judge learns online; or teacher_ratio's
+# per-prefix log-ratio, whose law at scale 1 is the teacher's own). It holds the law (B, N, V) for a step and runs a
+# token judge V times a position: char-sized vocabularies
+objective = 'grpo'
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -303,7 +326,7 @@ def load_models(C, rt):
         raise UserError(f"{C.policy_path} is a reward model; --policy_path takes a generator checkpoint")
     policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
     reference = None
-    if C.beta > 0 or C.max_kl > 0 or C.kl_in_reward:
+    if C.beta > 0 or C.max_kl > 0 or C.kl_in_reward or C.objective != 'grpo' or C.reward == 'teacher_ratio':
         reference = copy.deepcopy(policy).requires_grad_(False).eval()
     if C.judge == 'ngram':
         return policy_ckpt, None, policy, None, reference
@@ -350,10 +373,10 @@ def check_config(C):
         raise UserError("--judge=ngram is fitted online: pass --judge_update_interval=1 (or k) and "
                         "--judge_warmup_steps=W >= 1, and no judge_unfreeze_layers, judge_loss or token_advantages "
                         "(it has no layers, and scores whole completions)")
-    if C.reward not in ('judge', 'teacher', 'known_words'):
-        raise UserError(f"reward must be 'judge', 'teacher' or 'known_words', got {C.reward!r}")
-    if (C.reward == 'teacher') != bool(C.teacher_path):
-        raise UserError("--reward=teacher needs --teacher_path=GENERATOR.pt, and teacher_path goes with it alone")
+    reward_function(C.reward, C.reward_form)  # a name it knows, or a user's module:function that loads
+    if (C.reward in NEEDS_TEACHER) != bool(C.teacher_path):
+        raise UserError(f"--reward={C.reward if C.reward in NEEDS_TEACHER else 'teacher'} needs "
+                        f"--teacher_path=GENERATOR.pt, and teacher_path goes with teacher or teacher_ratio alone")
     if C.reward != 'judge' and C.judge_update_interval:
         raise UserError(f"--reward={C.reward} does not read the judge: it stays frozen (drop judge_update_interval)")
     if C.teacher_kl not in ('reverse', 'forward'):
@@ -364,11 +387,20 @@ def check_config(C):
     if not C.teacher_sampled and not C.teacher_kl_weight:
         raise UserError("--teacher_sampled=False leaves the exact term alone: pass --teacher_kl_weight > 0 with it")
     if C.reward_form not in ('p_natural', 'log_odds') or (C.reward_form == 'log_odds' and (
-            C.reward != 'judge' or C.judge != 'model' or C.token_advantages)):
-        raise UserError("reward_form must be p_natural or log_odds; log_odds reads the reward model's whole-completion "
-                        "score: --reward=judge, --judge=model, no token_advantages")
+            C.reward != 'judge' or C.token_advantages)):
+        raise UserError("reward_form must be p_natural or log_odds; log_odds reads the judge's whole-completion "
+                        "score: --reward=judge, no token_advantages")
     if C.kl_in_reward and C.beta:
         raise UserError("--kl_in_reward=True puts the KL inside the reward at weight 1: pass --beta=0 (no k3 term)")
+    if C.objective not in ('grpo', 'dpg', 'resample_mle', 'judge_teacher') or C.reward_scale <= 0:
+        raise UserError(f"objective must be grpo, dpg, resample_mle or judge_teacher (got {C.objective!r}) and "
+                        f"reward_scale > 0")
+    if C.objective != 'grpo' and (C.beta or C.kl_in_reward or C.token_advantages or C.teacher_kl_weight):
+        raise UserError(f"--objective={C.objective} matches the tilt pi_ref·e^r, its KL to the reference already "
+                        f"inside: pass --beta=0, and no kl_in_reward, token_advantages or teacher_kl_weight")
+    if C.objective == 'judge_teacher' and (C.reward not in ('judge', 'teacher_ratio') or C.judge != 'model'):
+        raise UserError("--objective=judge_teacher reads a per-prefix log-odds: a token reward model's "
+                        "(--reward=judge) or a teacher's (--reward=teacher_ratio)")
     if C.token_advantages and C.reward == 'known_words':
         raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
@@ -416,7 +448,12 @@ def setup(C, rt):
     run = SimpleNamespace(C=C, rt=rt, policy=policy, reward_model=reward_model, reference=reference,
                           policy_ckpt=policy_ckpt, rm_ckpt=rm_ckpt, N=policy.config.block_size)
     run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
-    run.teacher = load_teacher(C, policy_ckpt, rt) if C.reward == 'teacher' else None
+    run.teacher = load_teacher(C, policy_ckpt, rt) if C.reward in NEEDS_TEACHER else None
+    run.reward_fn = reward_function(C.reward, C.reward_form)
+    if C.objective == 'judge_teacher' and C.reward == 'judge' and reward_model.config.reward_pooling != 'token':
+        raise UserError(f"--objective=judge_teacher needs a judge that reads every prefix; {C.reward_model_path} "
+                        f"pools by '{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
+    run.resample_rng = np.random.default_rng([C.seed, rt.rank, 13])  # resample_mle's choices
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.ngram = NgramJudge() if C.judge == 'ngram' else None
     run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
@@ -478,13 +515,18 @@ def step_flops(run):
     """Compute of one step (FLOPs, 2 per parameter per token forward, 6 with the backward): generation, the judge's
     pass where the reward is the judge's (a positive control's judge scores the rollouts as an instrument only, so
     its pass is no cost of the method), the reference, the policy's own log-probs of the rollouts for a teacher's
-    log-ratio or the KL inside the reward, and num_iterations forward+backward passes of the policy, over every rank's rows."""
+    log-ratio, the KL inside the reward or the tilt's weights, judge_teacher's law (a token judge's V candidate tokens
+    a position), and num_iterations forward+backward passes of the policy, over every rank's rows."""
     C, N, policy = run.C, run.N, run.policy
     rows = C.prompts_per_step * C.num_generations
     flops = rows * N * (policy.flops_per_token() + (judge_flops_per_token(run) if C.reward == 'judge' else 0)
                         + (run.reference.flops_per_token() if run.reference is not None else 0)
-                        + policy.flops_per_token() * ((C.reward == 'teacher') + C.kl_in_reward)
+                        + policy.flops_per_token() * ((C.reward == 'teacher') + C.kl_in_reward
+                                                     + (C.objective in ('dpg', 'resample_mle')))
                         + C.num_iterations * policy.flops_per_token(backward=True))
+    if C.objective == 'judge_teacher':  # the law's base pass, and a token judge's every candidate token
+        flops += rows * N * (policy.flops_per_token()
+                             + (policy.config.vocab_size * judge_flops_per_token(run) if C.reward == 'judge' else 0))
     if C.nll_weight:  # the natural continuations' forward and backward
         flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
     if run.judge_loss_kind == 'pairwise' and C.reward == 'judge':  # the natural windows' scoring
@@ -558,20 +600,22 @@ def rollouts(run):
 
 
 def score(run, batch, reference=True):
-    """The judge's rewards for the rollouts, and its figures on them, which it has not seen yet: a rollout is a
-    crossover sample with K = its prompt length. Also the reference's log-probs (unless reference=False)."""
+    """The rewards for the rollouts (rewards.py), and the judge's figures on them, which it has not seen yet: a
+    rollout is a crossover sample with K = its prompt length. Also the reference's log-probs (unless
+    reference=False), the log-weights of the tilt's objectives and the next-token law the exact term distils."""
     C, rt = run.C, run.rt
     s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
-    s.teacher_logp = None
-    if C.reward == 'teacher':  # the positive controls: the judge's figures stay, its signal is replaced
-        s.rewards, s.judged, s.teacher_logp = teacher_rewards(run, batch)
-    elif C.reward == 'known_words':
-        s.rewards = known_word_rewards(run, batch)
+    s.target_logp = None
+    if C.teacher_kl_weight:  # the teacher's every next-token log-prob, for the exact term (and its reward)
+        with torch.no_grad(), rt.ctx:
+            s.target_logp = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
+    rewards, per_position = run.reward_fn(reward_inputs(run, batch, s))
+    s.rewards = C.reward_scale * rewards  # the positive controls replace the judge's signal; its figures stay
+    if per_position is not None:
+        s.judged = C.reward_scale * per_position
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
         s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
-        s.teacher_logp = None
-    if C.reward_form == 'log_odds' and not C.judge_off:
-        s.rewards = log_odds_reward(s.probs, batch.generated)
+        s.target_logp = None
     s.natural_share = batch.lengths_t.float() / run.N
     s.fresh = reward_metrics(s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N,
                              float(s.natural_share.mean()))
@@ -579,25 +623,42 @@ def score(run, batch, reference=True):
     if reference and run.reference is not None:
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
-    if reference and C.kl_in_reward:
+    if reference and (C.kl_in_reward or C.objective in ('dpg', 'resample_mle')):
         with torch.no_grad(), rt.ctx:
             logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
-        s.rewards = kl_regularised(s.rewards, logps, s.ref_logps, batch.mask)
+        s.rewards = kl_regularised(s.rewards, logps, s.ref_logps, batch.mask)  # dpg: log pi_ref·e^r / pi
+    if reference and C.objective == 'judge_teacher' and not C.judge_off:
+        s.target_logp = judge_teacher_law(run, batch)
     return s
 
 
-def log_odds_reward(probs, generated):
-    """The judge's log-odds of natural text, log P(natural) - log P(synthetic), of each completion: a pooled judge's
-    (B, 2) probs, or a token judge's (B, N, 2) summed over the completion's positions (generated: 1 there)."""
-    p = probs.double().clamp_min(1e-7)
-    f = p[..., 0].log() - p[..., 1].log()
-    return ((f * generated).sum(1) if f.dim() == 2 else f).float()
+def reward_inputs(run, batch, s):
+    """What a reward reads (rewards.py): the rollouts' ids, masks and texts, the models, and the judge's scores."""
+    lengths = batch.lengths_t.tolist()
+    return SimpleNamespace(
+        seqs=batch.seqs, mask=batch.mask, generated=batch.generated, prompt_lengths=lengths,
+        prompts=[run.tokenizer.decode(row[:n]) for row, n in zip(batch.seqs.tolist(), lengths)],
+        completions=completion_texts(run, batch.seqs, lengths), policy=run.policy, reference=run.reference,
+        teacher=run.teacher, temperature=run.C.temperature, known_words=run.known_words, teacher_logp=s.target_logp,
+        judged=s.judged, p_natural=s.p_natural, probs=getattr(s, 'probs', None))
 
 
-def kl_regularised(rewards, logps, ref_logps, mask):
-    """rewards minus each completion's exact log-ratio sum_t log pi(x_t) - log pi_ref(x_t) over its tokens (mask):
-    its expected policy gradient is that of E[r] - KL(pi || pi_ref)."""
-    return rewards - ((logps - ref_logps) * mask).sum(1).to(rewards.dtype)
+@torch.no_grad()
+def judge_teacher_law(run, batch):
+    """objective='judge_teacher': the tilt's next-token law at every target (B, N-1, V), p(v | x<t) ∝
+    pi_base(v | x<t)·e^{a·f(x<t v)}: f a token judge's log-odds with token t set to v (tilt.judge_token_scores), or
+    teacher_ratio's log p_T(v | x<t) - log pi_ref(v | x<t). pi_base: the reference, the law f is a log-ratio to; the
+    policy as it stands while an online judge keeps up with it."""
+    C, rt = run.C, run.rt
+    base = run.policy if C.judge_update_interval else run.reference
+    with rt.ctx:
+        log_base = torch.log_softmax(base(batch.seqs[:, :-1], all_logits=True)[0].float() / C.temperature, -1)
+        if C.reward == 'teacher_ratio':
+            log_teacher = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), -1)
+            f = log_teacher - log_base
+        else:
+            f = judge_token_scores(run.reward_model, batch.seqs, 1).float()
+    return torch.log_softmax(log_base + C.reward_scale * f, -1)
 
 
 def model_scores(run, batch):
@@ -630,37 +691,6 @@ def sight_window_probs(run):
     return run.sight_probs
 
 
-def teacher_rewards(run, batch):
-    """reward='teacher': per completion token, log p_teacher - log p_policy of the sampled token (the policy as it
-    sampled, at the sampling temperature); each completion's reward is their mean (the per-token reverse KL's
-    negative, length-normalised), and the per-position log-ratios (B, N) feed token_advantages (position j + 1 is
-    target j's). With teacher_kl_weight the token's own log-ratio leaves its credit (the exact KL term takes it): the
-    per-position rewards move one position earlier, so target j's return starts at token j + 2's. Returns (rewards,
-    per-position rewards, the teacher's next-token log-probs (B, N-1, V) or None)."""
-    C, rt = run.C, run.rt
-    with torch.no_grad(), rt.ctx:
-        teacher_logp = None
-        if C.teacher_kl_weight:  # every next token's log-prob, for the exact term
-            teacher_logp = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
-            teacher_token = teacher_logp.gather(-1, batch.seqs[:, 1:, None]).squeeze(-1)
-        else:
-            teacher_token = token_logprobs(run.teacher, batch.seqs, 1.0)[0].float()
-        ratio = (teacher_token - token_logprobs(run.policy, batch.seqs, C.temperature)[0].float()) * batch.mask
-    rewards = ratio.sum(1) / batch.mask.sum(1).clamp_min(1)
-    per_position = torch.nn.functional.pad(ratio, (0, 1) if C.teacher_kl_weight else (1, 0))
-    return rewards, per_position, teacher_logp
-
-
-def known_word_rewards(run, batch):
-    """reward='known_words': the share of each completion's words found in the train split's words (the first and
-    last may be cut by the window or the prompt, as unknown_word_rate skips them); 0 for a completion without one."""
-    rewards = []
-    for text in completion_texts(run, batch.seqs, batch.lengths_t.cpu().numpy()):
-        words = whole_words(text)
-        rewards.append(sum(w in run.known_words for w in words) / len(words) if words else 0.0)
-    return torch.tensor(rewards, device=batch.seqs.device)
-
-
 def completion_texts(run, seqs, prompt_lengths):
     """The text of each row from its prompt's end on: what the n-gram judge reads."""
     return [run.tokenizer.decode(row[n:]) for row, n in zip(seqs.tolist(), np.asarray(prompt_lengths).tolist())]
@@ -675,6 +705,7 @@ def ngram_scores(run, batch):
     held_out = completion_texts(run, run.sight_windows, np.repeat(batch.lengths, run.C.num_generations))
     p = torch.from_numpy(run.ngram.p_natural(samples)).float().to(run.rt.device)
     return SimpleNamespace(texts=(natural, samples), feats=None, judged=p, rewards=p, p_natural=p, real_feats=None,
+                           probs=torch.stack([p, 1 - p], 1),
                            pair_acc=None, sight=sight_auc(run.ngram.p_natural(held_out), p.cpu().numpy()))
 
 
@@ -693,19 +724,43 @@ def judge_sight(batch, sight_probs, judged):
     return sight_auc(natural.cpu().numpy(), sampled.cpu().numpy())
 
 
-def advantages_of(C, rt, rewards, judged, generated):
-    """Group-normalised advantages, one per completion or (token_advantages) one per completion token. Returns
-    (advantages, groups with all-equal rewards, mean raw within-group std). 'batch' scaling pools every rank's
-    rewards."""
+def advantages_of(C, rt, rewards, judged, generated, rng=None):
+    """Group-normalised advantages, one per completion or (token_advantages) one per completion token; for the
+    tilt's objectives, rewards are log-weights (tilt_advantages); judge_teacher's are 0 (the exact term moves it).
+    Returns (advantages, groups with all-equal rewards, mean raw within-group std, the tilt's mean effective
+    sample size a group or None). 'batch' scaling pools every rank's rewards."""
     def batch_std(values):
         return global_std(values, rt)
+    if C.objective in ('dpg', 'resample_mle'):
+        return tilt_advantages(rewards, C.num_generations, C.objective, rng)
     advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards, batch_std)
     if C.token_advantages:
         advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards,
                                          batch_std)
-    if not C.teacher_sampled:  # the exact term alone: the sampled log-ratios are logged, but no advantage carries them
+    if not C.teacher_sampled or C.objective == 'judge_teacher':  # the exact term alone: the sampled rewards are
+        # logged, but no advantage carries them
         advantages = torch.zeros_like(advantages)
-    return advantages, zero_std, group_std
+    return advantages, zero_std, group_std, None
+
+
+def tilt_advantages(log_weights, group_size, objective, rng):
+    """Distribution matching towards the tilt: w = the self-normalised weights softmax(log w) within each group.
+    'dpg': advantages G·w - 1 (the forward KL's gradient, sum_i w_i grad log pi(x_i), less the baseline
+    (1/G) sum_i grad log pi(x_i), which is 0 in expectation; Korbak et al. 2022). 'resample_mle': G at one rollout a
+    group drawn ∝ w (rng), 0 elsewhere: next-token loss on the kept ones. Returns (advantages, groups with all-equal
+    weights, the mean within-group std of the log-weights, the mean effective sample size of a group,
+    (sum w)^2 / sum w^2)."""
+    groups = log_weights.double().view(-1, group_size)
+    w = torch.softmax(groups, dim=1)
+    if objective == 'dpg':
+        advantages = group_size * w - 1
+    else:
+        kept = tilt_choice(groups.cpu().numpy(), 1.0, False, rng)
+        advantages = torch.zeros_like(w)
+        advantages[torch.arange(len(w)), torch.from_numpy(kept).to(w.device)] = group_size
+    ess = float(np.mean([effective_sample_size(g) for g in groups.cpu().numpy()]))
+    return (advantages.reshape(-1).to(log_weights.dtype), int((groups.std(dim=1) == 0).sum()),
+            float(groups.std(dim=1).mean()), ess)
 
 
 def policy_update(run, batch, s):
@@ -719,17 +774,19 @@ def policy_update(run, batch, s):
     for _ in range(C.num_iterations):
         with rt.ctx:
             logps, token_entropy, *exact_kl = token_logprobs(run.trained, batch.seqs, C.temperature,
-                                                             entropy=u.old_logps is None, kl_to=s.teacher_logp,
-                                                             kl_forward=C.teacher_kl == 'forward')
+                                                             entropy=u.old_logps is None, kl_to=s.target_logp,
+                                                             kl_forward=C.teacher_kl == 'forward'
+                                                             or C.objective == 'judge_teacher')
         if u.old_logps is None:
             u.old_logps = logps.detach()
             u.entropy = (token_entropy * batch.mask).sum() / batch.mask.sum()
         u.loss, pass_stats = grpo_loss(logps, u.old_logps, s.ref_logps, s.advantages, batch.mask, C.epsilon,
                                        C.epsilon_high, C.beta, C.loss_type, run.max_completion,
                                        token_count=dapo_tokens if rt.ddp else None)
-        if exact_kl:  # MiniLLM's single-step term, averaged over completion tokens as the 'grpo' loss averages
+        if exact_kl:  # MiniLLM's single-step term (judge_teacher: the tilt's law, weight 1), averaged over
+            # completion tokens as the 'grpo' loss averages
             u.teacher_kl = ((exact_kl[0] * batch.mask).sum(-1) / batch.mask.sum(-1).clamp_min(1)).mean()
-            u.loss = u.loss + C.teacher_kl_weight * u.teacher_kl
+            u.loss = u.loss + (C.teacher_kl_weight or 1.0) * u.teacher_kl
         u.stats = u.stats or pass_stats  # KL of the rollout policy: measured on the first pass
         u.stats['clip_ratio'] = pass_stats['clip_ratio']
         run.optimizer.zero_grad(set_to_none=True)
@@ -744,15 +801,16 @@ def policy_update(run, batch, s):
     return u
 
 
-def update_judge(run, batch, s, step):
+def update_judge(run, batch, s, step, last_warmup=False):
     """The online judge (judge_update_interval = k > 0) learns from these rollouts and a replay of earlier ones
-    every k steps; returns its mean loss, or None on a step it does not train. A judge whose trunk trains replays
+    every k steps, and on the warm-up's last batch (so k above max_steps is a judge fitted in the warm-up, then
+    frozen); returns its mean loss, or None on a step it does not train. A judge whose trunk trains replays
     the token ids (its features change as it learns), a head-only judge the features this step computed."""
     C = run.C
     if not C.judge_update_interval:
         return None
     if run.ngram:
-        return update_ngram_judge(run, s, step)
+        return update_ngram_judge(run, s, step, last_warmup)
     labels = torch.stack([s.natural_share, 1 - s.natural_share], dim=1)
     if run.judge_loss_kind == 'binary':  # a whole rollout is synthetic, its prompt included
         labels = torch.stack([torch.zeros_like(s.natural_share), torch.ones_like(s.natural_share)], dim=1)
@@ -771,7 +829,7 @@ def update_judge(run, batch, s, step):
         entry[0] = torch.cat([entry[0], windows])
         entry[1] = torch.cat([labels, labels.new_tensor([[1.0, 0.0]]).expand(len(windows), 2)])
     run.replay.append(tuple(entry))
-    if (step + 1) % C.judge_update_interval:
+    if (step + 1) % C.judge_update_interval and not last_warmup:
         return None
     rows = C.judge_batch_size * C.judge_steps * run.rt.world_size * (2 if run.judge_loss_kind == 'pairwise' else 1)
     run.judge_flops += rows * (run.N * run.reward_model.flops_per_token(backward=True) if run.judge_trunk
@@ -780,7 +838,7 @@ def update_judge(run, batch, s, step):
                         C.judge_batch_size, run.judge_loss_kind, run.judge_gen, run.rt)
 
 
-def update_ngram_judge(run, s, step):
+def update_ngram_judge(run, s, step, last_warmup=False):
     """The n-gram judge's replay takes this step's texts (every rank's, so every rank fits the same judge): the
     rollouts' completions, and natural text: the prompts' own continuations and judge_natural_windows more, cut
     where a prompt of the same law would end. Every k steps it is refit from scratch on the replay; returns its log
@@ -792,7 +850,7 @@ def update_ngram_judge(run, s, step):
                                           run.judge_rng)
         natural = natural + completion_texts(run, torch.from_numpy(windows), lengths)
     run.replay.append((gather_lists(natural, run.rt), gather_lists(samples, run.rt)))
-    if (step + 1) % C.judge_update_interval:
+    if (step + 1) % C.judge_update_interval and not last_warmup:
         return None
     return run.ngram.fit([t for r in run.replay for t in r[0]], [t for r in run.replay for t in r[1]])
 
@@ -812,7 +870,7 @@ def log_row(run, step, lr, batch, s, u, times):
                judge_loss=u.judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
                teacher_kl=None if u.teacher_kl is None else mean(u.teacher_kl.item()),
                judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None,
-               judge_sight=mean(s.sight))
+               judge_sight=mean(s.sight), ess=None if s.ess is None else mean(s.ess))
     run.history.append(row)
     run.reward_ma.append(row['reward'])
     if rt.master:
@@ -832,8 +890,7 @@ def should_stop(run, row, step, pre_update):
     if C.judge_off or len(run.reward_ma) < C.reward_window:
         return False
     ma = sum(run.reward_ma) / len(run.reward_ma)
-    # Bradley-Terry fixes only differences of a pairwise judge's scores: its level says nothing
-    if ma >= C.reward_threshold and run.judge_loss_kind != 'pairwise' and C.reward == 'judge':
+    if ma >= C.reward_threshold and reward_is_p_natural(run):
         run.stop_reason = f"reward_threshold: moving average {ma:.4f} >= {C.reward_threshold}"
         return True
     run.stopper.step(ma)
@@ -841,6 +898,14 @@ def should_stop(run, row, step, pre_update):
         run.stop_reason = f"plateau: reward moving average did not improve by {C.min_delta} for {C.patience} steps"
         return True
     return False
+
+
+def reward_is_p_natural(run):
+    """Whether the logged reward is the judge's P(natural), the only reward reward_threshold reads (a pairwise
+    judge's level says nothing: Bradley-Terry fixes only differences of its scores)."""
+    C = run.C
+    return (C.reward == 'judge' and C.reward_form == 'p_natural' and run.judge_loss_kind != 'pairwise'
+            and C.objective == 'grpo' and not C.kl_in_reward and C.reward_scale == 1.0)
 
 
 def report(run, step, row, batch, stop):
@@ -874,7 +939,8 @@ def save_state(run, step):
         judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
         ngram_fitted_on=run.ngram.fitted_on if run.ngram else None,
         replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen),
-        judge_rng=run.judge_rng.bit_generator.state, history=run.history,
+        judge_rng=run.judge_rng.bit_generator.state, resample_rng=run.resample_rng.bit_generator.state,
+        history=run.history,
         ppl_start=run.ppl_start, referee_start=run.referee_start, judge_flops=run.judge_flops,
         reward_ma=list(run.reward_ma),
         stopper=run.stopper.state_dict(), last_ok_state=run.last_ok_state, last_ok_step=run.last_ok_step))
@@ -900,6 +966,7 @@ def restore_state(run, state):
     run.referee_start = state['referee_start']
     run.warmup = state['warmup']
     run.judge_rng.bit_generator.state = state['judge_rng']
+    run.resample_rng.bit_generator.state = state['resample_rng']
     run.reward_ma.extend(state['reward_ma'])
     run.stopper.load_state_dict(state['stopper'])
     run.last_ok_state, run.last_ok_step = state['last_ok_state'], state['last_ok_step']
@@ -911,14 +978,14 @@ def restore_state(run, state):
 def judge_warmup(run):
     """judge_warmup_steps rollout batches the online judge learns from before the policy moves (GAD's warm-up):
     its sight on each batch before it learns from it, logged apart from the policy's steps; their generation, scoring
-    and updates are counted in the judge's FLOPs."""
+    and updates are counted in the judge's FLOPs. It learns on the last batch whatever judge_update_interval says."""
     C, rt = run.C, run.rt
     rows = C.prompts_per_step * C.num_generations
     for w in tqdm(range(C.judge_warmup_steps), desc='judge warm-up', disable=not rt.master, dynamic_ncols=True,
                   leave=False):
         batch = rollouts(run)
         s = score(run, batch, reference=False)  # no policy update: the reference's log-probs go unused
-        loss = update_judge(run, batch, s, w)
+        loss = update_judge(run, batch, s, w, last_warmup=w + 1 == C.judge_warmup_steps)
         run.judge_flops += rows * run.N * (run.policy.flops_per_token() + judge_flops_per_token(run))
         run.warmup.append(dict(step=w, judge_sight=all_reduce_mean(s.sight, rt), judge_loss=loss,
                                judge_r2=all_reduce_mean(s.fresh['r2'], rt)))
@@ -1001,7 +1068,8 @@ def main(argv):
         batch = rollouts(run)
         t1 = time.time()
         s = score(run, batch)
-        s.advantages, s.zero_std, s.group_std = advantages_of(C, rt, s.rewards, s.judged, batch.generated)
+        s.advantages, s.zero_std, s.group_std, s.ess = advantages_of(C, rt, s.rewards, s.judged, batch.generated,
+                                                                     run.resample_rng)
         t2 = time.time()
         # the policy that made these rollouts, kept while its KL is under the cap
         pre_update = {k: v.detach().clone() for k, v in run.policy.state_dict().items()} if C.max_kl else None

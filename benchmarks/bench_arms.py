@@ -104,6 +104,12 @@ def arms(run):
     forward = plateau + ['--grpo_teacher_kl_weight=1.0', '--grpo_teacher_kl=forward']
     forward_w10 = forward + ['--grpo_teacher_kl_weight=10.0', '--grpo_learning_rate=3e-4']
     known_words = POSITIVE + ['--grpo_reward=known_words']
+    # the game whose fixed point is the tilt: no k3 term, centred unscaled advantages, Dr. GRPO's constant normaliser
+    game = POSITIVE + ['--grpo_beta=0', '--grpo_scale_rewards=none', '--grpo_loss_type=dr_grpo',
+                       '--grpo_learning_rate=1e-5', '--grpo_kl_in_reward=True']
+    ratio = game + ['--grpo_reward=teacher_ratio', f'--grpo_teacher_path={teacher_path(run, "teacher_plateau")}',
+                    '--grpo_reward_scale=0.3']
+    ratio_kl, ratio_dpg = ratio, ratio + ['--grpo_kl_in_reward=False', '--grpo_objective=dpg']
     return {
         'frozen': ('frozen pointwise judge (the seed)', []),
         'online': ('online pointwise', ['--grpo_judge_update_interval=1']),
@@ -157,6 +163,21 @@ def arms(run):
         # the budget: the same at three times the steps (its judge-off control runs as long)
         'teacher_plateau_forward_w10_600': ('plateau teacher reward + exact forward KL x10, lr 3e-4, 600 steps',
                                             forward_w10 + ['--grpo_max_steps=600']),
+        # the plateau teacher through a judge's own channel: its exact sequence log-ratio to base v1, one scalar a
+        # completion, at scale 0.3 (the tilt base_v1^0.7·teacher^0.3), in the game whose fixed point is that tilt:
+        # the KL to base v1 inside the reward, centred unscaled advantages, Dr. GRPO's constant normaliser, lr 1e-5
+        'teacher_ratio_kl': ('plateau teacher sequence log-ratio x0.3, KL inside the reward (lr 1e-5)', ratio_kl),
+        # the issue's probe's teacher: the run's own MLE control (base v1 + the cycle's FLOPs of next-token training),
+        # whose sequence log-ratio to base v1 varies a third as much as the plateau teacher's
+        'teacher_mle_ratio_kl': ('MLE-control teacher sequence log-ratio x0.3, KL inside the reward (lr 1e-5)',
+                                 ratio_kl[:-2] + [f'--grpo_teacher_path={teacher_path(run, "teacher_mle")}',
+                                                  '--grpo_reward_scale=0.3']),
+        # the same reward by distribution matching (DPG: self-normalised weights pi_ref·e^r / pi within each group)
+        'teacher_ratio_dpg': ('plateau teacher sequence log-ratio x0.3, DPG (lr 1e-5)', ratio_dpg),
+        # a learned judge through the same channel: the n-gram judge (refit every step, as ngram_online_pure) played
+        # by its log-odds x1.5 (the issue's probe's scale, not tuned here) with the KL to base v1 inside the reward
+        'ngram_kl': ("n-gram judge's log-odds x1.5 refit online, KL inside the reward (lr 1e-5)",
+                     NGRAM + game + ['--grpo_reward_form=log_odds', '--grpo_reward_scale=1.5']),
         'known_words': ('exact reward: share of train-split words (beta 0.04)', known_words),
         'known_words_beta0.2': ('exact reward, beta 0.2', known_words + ['--grpo_beta=0.2']),
         'known_words_beta1': ('exact reward, beta 1', known_words + ['--grpo_beta=1.0']),
@@ -340,7 +361,11 @@ def main():
     for arm in (arm for arm in chosen if arm.startswith('teacher')):
         if not run:
             sys.exit("error: the teacher arms' teachers are trained from a finished run's base v1: pass --run")
-        make_teacher(run, 'teacher_plateau' if 'plateau' in arm else 'teacher_2500')
+        if arm.startswith('teacher_mle'):  # the run's MLE control, as it is
+            if not os.path.exists(teacher_path(run, 'teacher_mle')):
+                shutil.copyfile(os.path.join(run, 'mle_v2.pt'), teacher_path(run, 'teacher_mle'))
+        else:
+            make_teacher(run, 'teacher_plateau' if 'plateau' in arm or 'ratio' in arm else 'teacher_2500')
     for arm in chosen:
         for seed in [int(s) for s in a.seeds.split(',')]:
             name, overrides = table[arm]

@@ -1,5 +1,4 @@
 """Shared fixtures: a tiny deterministic corpus, prepared char/BPE datasets and tiny checkpoints, all in temp dirs."""
-import json
 import os
 import random
 import subprocess
@@ -232,3 +231,29 @@ def learnable_reward(tmp_path_factory, char_data):
         write_split(str(out), split, x, labels_for(K, 32), dict(tokenization_method='char', vocab_size=tok.vocab_size,
                                                                  meta_path=tok.meta_path))
     return str(out)
+
+
+@pytest.fixture(scope='session')
+def judge_case(tmp_path_factory, char_ckpt, char_data, char_reward):
+    """A generator that writes nearly uniform characters (2 training steps) against natural text: its samples differ
+    from the corpus by a learnable feature. The judge reads another checkpoint's trunk (the 150-step model's) and
+    starts blind (0 steps: its zero-initialised output layer says 0.5 everywhere). Held out: crossover data of that
+    generator on the val split, which the judge never trains on."""
+    d = tmp_path_factory.mktemp('judge')
+    train_tiny(char_data, str(d / 'gen'), '--max_iters=2', '--eval_interval=1')
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
+                   f'--out_path={d / "blind.pt"}', '--device=cpu', '--max_iters=0', '--reward_pooling=mean')
+    assert r.returncode == 0, r.stderr[-2000:]
+    prepare_reward(str(d / 'gen' / 'ckpt.pt'), d / 'heldout', '--max_blocks', '40', data=char_data)
+    return d
+
+
+def positive_control_run(d, name, policy, *extra):
+    """GRPO with a reward known to be right (train_grpo.py --reward); the blind judge still scores, as an
+    instrument."""
+    r = run_script('train_grpo.py', f'--policy_path={policy}', f'--reward_model_path={d / "blind.pt"}',
+                   f'--out_path={d / name}', '--device=cpu', '--max_steps=24', '--learning_rate=3e-3',
+                   '--warmup_steps=2', '--eval_interval=100', '--prompts_per_step=8', '--num_generations=4', *extra)
+    assert r.returncode == 0, r.stderr[-3000:]
+    from model import load_checkpoint
+    return load_checkpoint(str(d / name))['metrics']

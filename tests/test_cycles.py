@@ -375,6 +375,29 @@ def test_the_referee_over_the_game_reaches_frozen_and_online_judges_alike():
     assert not any(a.startswith('--referee') for a in grpo_cmd(configure(DEFAULTS, []), 'b', 'r', 'd', 'o', 1))
 
 
+def test_the_tilts_game_reaches_grpo_and_its_judge_off_control(monkeypatch):
+    """The game whose fixed point is the tilt (grpo_reward_form, grpo_kl_in_reward, grpo_reward_scale,
+    grpo_objective, grpo_loss_type) reaches train_grpo.py as options it accepts, for the arm and for its judge-off
+    control alike; the default cycle's command carries none of them."""
+    from configurator import configure
+    import train_grpo
+    from run_cycles import DEFAULTS, grpo_cmd
+    monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
+    import bench_arms
+    new = ('--reward_form', '--kl_in_reward', '--reward_scale', '--objective', '--loss_type')
+    assert not any(a.startswith(new) for a in grpo_cmd(configure(DEFAULTS, []), 'b', 'r', 'd', 'o', 1))
+    for arm in ('teacher_mle_ratio_kl', 'teacher_ratio_dpg', 'ngram_kl'):
+        C = configure(DEFAULTS, bench_arms.arms('runs/x')[arm][1])
+        for arm_log in (None, 'arm_log.jsonl'):
+            cmd = grpo_cmd(C, 'base.pt', 'rm.pt', 'data', 'out.pt', 1, arm_log=arm_log)
+            G = configure(train_grpo.DEFAULTS, cmd[1:])
+            train_grpo.check_config(G)
+            assert G.beta == 0 and G.scale_rewards == 'none' and G.loss_type == 'dr_grpo'
+            assert G.judge_off == bool(arm_log)
+            assert (G.kl_in_reward, G.objective) == ((False, 'dpg') if arm.endswith('dpg') else (True, 'grpo'))
+            assert G.reward_scale == (1.5 if arm == 'ngram_kl' else 0.3)
+
+
 def test_every_arm_of_the_arms_benchmark_is_a_valid_cycle_config(monkeypatch):
     """A misspelt override in benchmarks/bench_arms.py would only fail an hour into a benchmark: every arm, on the
     configs its documented commands use, must parse as run_cycles.py options."""

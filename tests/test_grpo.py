@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_script, spawn_two_ranks
+from conftest import positive_control_run, run_script, spawn_two_ranks
 from model import GPT, GPTConfig, load_checkpoint
 from policy import completion_mask, sample_prompts, token_logprobs
 from train_grpo import group_advantages, grpo_loss, token_advantages_of
@@ -245,22 +245,6 @@ def test_torchrun_two_ranks(tmp_path, known_answer_run, char_ckpt, char_data):
     assert len(history) == 4 and all(0 <= h['reward'] <= 1 for h in history)
 
 
-@pytest.fixture(scope='module')
-def judge_case(tmp_path_factory, char_ckpt, char_data, char_reward):
-    """A generator that writes nearly uniform characters (2 training steps) against natural text: its samples differ
-    from the corpus by a learnable feature. The judge reads another checkpoint's trunk (the 150-step model's) and
-    starts blind (0 steps: its zero-initialised output layer says 0.5 everywhere). Held out: crossover data of that
-    generator on the val split, which the judge never trains on."""
-    from conftest import prepare_reward, train_tiny
-    d = tmp_path_factory.mktemp('judge')
-    train_tiny(char_data, str(d / 'gen'), '--max_iters=2', '--eval_interval=1')
-    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
-                   f'--out_path={d / "blind.pt"}', '--device=cpu', '--max_iters=0', '--reward_pooling=mean')
-    assert r.returncode == 0, r.stderr[-2000:]
-    prepare_reward(str(d / 'gen' / 'ckpt.pt'), d / 'heldout', '--max_blocks', '40', data=char_data)
-    return d
-
-
 def grpo_judge_run(d, name, *extra):
     r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}',
                    f'--out_path={d / name}', '--device=cpu', '--max_steps=40', '--learning_rate=0',
@@ -375,6 +359,20 @@ def test_an_ngram_judge_fitted_online_sees_the_policys_text(judge_case):
     assert min(x['judge_sight'] for x in h) > 0.9 and all(x['judge_loss'] > 0 for x in h), h
     assert all(x['reward'] < 0.5 for x in h)  # it says the policy's text is not natural
     assert 'n-gram judge' in r.stdout and not (d / 'ngram_judge.pt').exists()
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram',
+                   f'--out_path={d / "ngram_odds.pt"}', '--device=cpu', '--max_steps=2', '--learning_rate=0',
+                   '--eval_interval=100', '--prompts_per_step=8', '--num_generations=2', '--judge_update_interval=1',
+                   '--judge_warmup_steps=2', '--judge_natural_windows=8', '--reward_form=log_odds')
+    assert r.returncode == 0, r.stderr[-3000:]  # its log-odds, log P(natural) - log P(synthetic): below 0 here
+    assert all(x['reward'] < 0 for x in load_checkpoint(str(d / 'ngram_odds.pt'))['metrics']['history'])
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram',
+                   f'--out_path={d / "ngram_frozen.pt"}', '--device=cpu', '--max_steps=2', '--learning_rate=0',
+                   '--eval_interval=100', '--prompts_per_step=8', '--num_generations=2', '--judge_update_interval=1000',
+                   '--judge_warmup_steps=2', '--judge_natural_windows=8', '--reward_threshold=2.0')
+    assert r.returncode == 0, r.stderr[-3000:]  # an interval past the run: fitted on the warm-up, then frozen
+    m = load_checkpoint(str(d / 'ngram_frozen.pt'))['metrics']
+    assert m['judge_warmup'][-1]['judge_loss'] > 0 and all(x['judge_loss'] is None for x in m['history'])
+    assert min(x['judge_sight'] for x in m['history']) > 0.9
     base = [f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram', f'--out_path={d / "x.pt"}', '--device=cpu']
     for extra, says in ((['--judge_update_interval=1'], 'judge_warmup_steps'),
                         (['--judge_update_interval=1', '--judge_warmup_steps=1',
@@ -642,7 +640,7 @@ def grpo_batch_figures(case, rt, rows, global_sum, mean):
     from train_grpo import advantages_of
     rewards, judged, generated, logps, old = (case[k][rows] for k in ('rewards', 'judged', 'generated', 'logps', 'old'))
     C = SimpleNamespace(num_generations=4, scale_rewards='batch', token_advantages=False, token_discount=0.5,
-                        teacher_sampled=True)
+                        teacher_sampled=True, objective='grpo')
     adv = advantages_of(C, rt, rewards, judged, generated)[0]
     C.token_advantages = True
     token_adv = advantages_of(C, rt, rewards, judged, generated)[0]
@@ -736,16 +734,6 @@ def test_online_trunk_judge_under_two_ranks_takes_the_mean_gradient(tmp_path):
         torch.testing.assert_close(ranks[0][k], one[k], rtol=1e-4, atol=1e-6)
 
 
-def positive_control_run(d, name, policy, *extra):
-    """GRPO with a reward known to be right (train_grpo.py --reward); the blind judge still scores, as an
-    instrument."""
-    r = run_script('train_grpo.py', f'--policy_path={policy}', f'--reward_model_path={d / "blind.pt"}',
-                   f'--out_path={d / name}', '--device=cpu', '--max_steps=24', '--learning_rate=3e-3',
-                   '--warmup_steps=2', '--eval_interval=100', '--prompts_per_step=8', '--num_generations=4', *extra)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return load_checkpoint(str(d / name))['metrics']
-
-
 def test_the_teacher_reward_pulls_the_policy_toward_the_teacher(judge_case, char_ckpt):
     """A generator of nearly uniform characters (2 training steps) taught by the 150-step model through the
     per-token log-ratio: its reward (minus the reverse KL per token) rises and its val perplexity falls; a teacher
@@ -784,7 +772,7 @@ def test_the_exact_term_alone_carries_no_sampled_reward(judge_case, char_ckpt):
     rewards, judged = torch.randn(8, generator=torch.Generator().manual_seed(0)), torch.randn(8, 6)
     generated = torch.ones(8, 6, dtype=torch.bool)
     C = SimpleNamespace(num_generations=4, scale_rewards='group', token_advantages=True, token_discount=1.0,
-                        teacher_sampled=False)
+                        teacher_sampled=False, objective='grpo')
     assert advantages_of(C, rt, rewards, judged, generated)[0].abs().max() == 0
     C.teacher_sampled = True
     assert advantages_of(C, rt, rewards, judged, generated)[0].abs().max() > 0
@@ -821,12 +809,11 @@ def test_the_known_word_reward_is_the_share_of_known_whole_words():
     """The exact reward, on hand-made rollouts: each completion's share of words found in the train split, its first
     and last words skipped (the window or the prompt may cut them), 0 for a completion without a whole word."""
     from types import SimpleNamespace
-    from train_grpo import known_word_rewards
+    from rewards import known_words
     texts = ['ab xx the king blorf zz', 'ab yy king king king zz', 'ab qqqqqqqqqqqqqqqqqqqq']
-    run = SimpleNamespace(tokenizer=SimpleNamespace(decode=lambda ids: ''.join(map(chr, ids))),
-                          known_words={'the', 'king'})
-    batch = SimpleNamespace(seqs=torch.tensor([[ord(c) for c in t] for t in texts]), lengths_t=torch.tensor([3, 3, 3]))
-    assert known_word_rewards(run, batch).tolist() == pytest.approx([2 / 3, 1.0, 0.0])
+    r = SimpleNamespace(completions=[t[3:] for t in texts], known_words={'the', 'king'}, seqs=torch.zeros(3, 1))
+    rewards, per_position = known_words(r)
+    assert rewards.tolist() == pytest.approx([2 / 3, 1.0, 0.0]) and per_position is None
 
 
 def test_the_known_word_reward_plays_through_grpo(judge_case, char_ckpt):
@@ -845,48 +832,12 @@ def test_the_known_word_reward_plays_through_grpo(judge_case, char_ckpt):
     (['--reward=known_words', '--token_advantages=True'], 'drop --token_advantages'),
     (['--reward=known_words', '--judge_update_interval=1'], 'it stays frozen'),
     (['--reward=exact'], "reward must be 'judge'"),
+    (['--reward=no_such_module:f'], 'cannot load it'),
+    (['--objective=dpg'], 'pass --beta=0'),
+    (['--objective=judge_teacher', '--beta=0', '--reward=known_words'], 'per-prefix log-odds'),
+    (['--objective=ppo'], 'objective must be'),
+    (['--reward=teacher_ratio'], 'needs --teacher_path'),
     (['--teacher_sampled=False'], 'leaves the exact term alone')])
 def test_positive_control_settings_are_checked(args, message, char_ckpt):
     r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', '--reward_model_path=x.pt', *args)
     assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
-
-
-def test_the_kl_inside_the_reward_gives_the_gradient_of_the_regularised_objective(char_ckpt):
-    """The fixed point made right (--reward_form=log_odds --kl_in_reward=True --beta=0 --scale_rewards=none): with
-    the completion's exact log-ratio to the reference inside the reward and centred, unscaled advantages, the mean
-    update of the loss points along the gradient of E_pi[f] - KL(pi || pi_ref), which is computed exactly here by
-    enumerating every two-token completion of a prompt (G-sized groups shrink it by (G - 1) / G)."""
-    from train_grpo import kl_regularised
-    torch.manual_seed(0)
-    policy = GPT.from_checkpoint(char_ckpt)
-    reference = GPT.from_checkpoint(char_ckpt).requires_grad_(False)
-    with torch.no_grad():  # a policy already moved away from its reference
-        for p in policy.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    V, P, G, n = policy.config.vocab_size, 4, 8, 10000
-    prompt = torch.arange(1, P + 1)[None, :]
-    f_table = torch.randn(V, V, generator=torch.Generator().manual_seed(1))  # the judge: any function of the text
-
-    def regularised(seqs):  # (f, log pi, log pi_ref, mask) of two-token completions
-        mask = torch.zeros(len(seqs), P + 1)
-        mask[:, P - 1:] = 1
-        logps = token_logprobs(policy, seqs, 1.0)[0]
-        return f_table[seqs[:, P], seqs[:, P + 1]], logps, token_logprobs(reference, seqs, 1.0)[0], mask
-
-    grid = torch.cartesian_prod(torch.arange(V), torch.arange(V))
-    f, logps, ref, mask = regularised(torch.cat([prompt.repeat(V * V, 1), grid], 1))
-    log_pi = (logps * mask).sum(1)
-    objective = (log_pi.exp() * (f - log_pi + (ref * mask).sum(1))).sum()  # E_pi[f] - KL(pi || pi_ref), exactly
-    exact = torch.autograd.grad(objective, list(policy.parameters()))
-    with torch.no_grad():
-        seqs = policy.generate(prompt.repeat(n, 1), 2, generator=torch.Generator().manual_seed(2))
-    f, logps, ref, mask = regularised(seqs)
-    advantages = group_advantages(kl_regularised(f, logps.detach(), ref, mask), G, 'none')[0]
-    loss = grpo_loss(logps, logps.detach(), None, advantages, mask, beta=0.0, loss_type='dr_grpo',
-                     max_completion_length=2)[0]
-    update = torch.autograd.grad(-loss, list(policy.parameters()))
-    flat = [torch.cat([g.flatten() for g in grads]) for grads in (exact, update)]
-    cosine = float(torch.nn.functional.cosine_similarity(*flat, dim=0))
-    ratio = float(flat[1].norm() / flat[0].norm()) / ((G - 1) / G / 2)  # dr_grpo divides by 2 completion tokens
-    # (the same reward without the KL inside it reads cosine 0.85 and ratio 0.29 here)
-    assert cosine > 0.97 and 0.85 < ratio < 1.15, (cosine, ratio)

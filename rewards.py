@@ -1,0 +1,136 @@
+"""
+The rewards train_grpo.py plays for, one function each, in the shape of TRL's reward_funcs: each takes the step's
+rollouts (a namespace: token ids, masks, texts and the models a reward may read; train_grpo.reward_inputs) and
+returns per-completion scores (B,) and per-position scores (B, N) where it has them, else None.
+
+  judge          the judge's P(natural) (the seed's design): a token judge's mean over the completion's positions
+  judge_log_odds the judge's log-odds of natural text, summed over a token judge's completion positions
+  teacher        MiniLLM's reward: log p_T - log pi per completion token to a better generator, their mean
+  teacher_ratio  the positive control through a judge's own channel: one scalar per completion, a better generator's
+                 exact sequence log-ratio log p_T(x) - log pi_ref(x) to the reference (the cycle's start), no
+                 per-token credit; its tilt pi_ref·e^{a·f} at scale a is pi_ref^(1-a)·p_T^a
+  known_words    the share of the completion's words found in the train split (exact, and hackable)
+  module:function  a user's own (or path/to/file.py:function), called as function(prompts=[str],
+                 completions=[str], prompt_ids=[[int]], completion_ids=[[int]]), one float back a completion
+"""
+
+import importlib
+import importlib.util
+import math
+import os
+import sys
+
+import torch
+
+from configurator import UserError
+from data_loader import whole_words
+from policy import token_logprobs
+
+
+def judge(r):
+    """The judge's P(natural): a token judge's per-position scores averaged over the completion, else its one figure."""
+    per_position = r.judged if r.judged.dim() == 2 else None
+    rewards = (r.judged * r.generated).sum(1) / r.generated.sum(1) if per_position is not None else r.p_natural
+    return rewards, per_position
+
+
+def judge_log_odds(r):
+    """log P(natural) - log P(synthetic) of each completion: a pooled judge's (B, 2) probs, or a token judge's
+    (B, N, 2) summed over the completion's positions."""
+    p = r.probs.double().clamp_min(1e-7)
+    f = p[..., 0].log() - p[..., 1].log()
+    return ((f * r.generated).sum(1) if f.dim() == 2 else f).float(), None
+
+
+@torch.no_grad()
+def teacher(r):
+    """Per completion token, log p_teacher - log p_policy of the sampled token (the policy as it sampled, at the
+    sampling temperature); the completion's reward is their mean (minus the per-token reverse KL, length-normalised).
+    The per-position log-ratios (B, N) feed token advantages (position j + 1 is target j's); with the teacher's exact
+    law in play (r.teacher_logp) a token's own log-ratio leaves its credit, so they move one position earlier."""
+    if r.teacher_logp is not None:
+        teacher_token = r.teacher_logp.gather(-1, r.seqs[:, 1:, None]).squeeze(-1)
+    else:
+        teacher_token = token_logprobs(r.teacher, r.seqs, 1.0)[0].float()
+    ratio = (teacher_token - token_logprobs(r.policy, r.seqs, r.temperature)[0].float()) * r.mask
+    per_position = torch.nn.functional.pad(ratio, (0, 1) if r.teacher_logp is not None else (1, 0))
+    return ratio.sum(1) / r.mask.sum(1).clamp_min(1), per_position
+
+
+@torch.no_grad()
+def teacher_ratio(r):
+    """The teacher's exact sequence log-ratio to the reference over the completion, one scalar a completion."""
+    ratio = token_logprobs(r.teacher, r.seqs, 1.0)[0].float() - token_logprobs(r.reference, r.seqs, r.temperature)[0]
+    return (ratio * r.mask).sum(1), None
+
+
+def known_words(r):
+    """The share of each completion's words found in the train split's words (its first and last may be cut by the
+    window or the prompt, as unknown_word_rate skips them); 0 for a completion without one."""
+    rewards = []
+    for text in r.completions:
+        words = whole_words(text)
+        rewards.append(sum(w in r.known_words for w in words) / len(words) if words else 0.0)
+    return torch.tensor(rewards, device=r.seqs.device), None
+
+
+BUILT_IN = {'judge': judge, 'judge_log_odds': judge_log_odds, 'teacher': teacher, 'teacher_ratio': teacher_ratio,
+            'known_words': known_words}
+NEEDS_TEACHER = ('teacher', 'teacher_ratio')
+
+
+def load_user_function(spec):
+    """The function a 'module:function' or 'path/to/file.py:function' names (a module from the working directory or
+    the Python path)."""
+    module_name, _, name = spec.rpartition(':')
+    if not module_name or not name:
+        raise UserError(f"--reward={spec!r}: a user's reward is module:function or file.py:function "
+                        f"(e.g. my_rewards:length)")
+    try:
+        if module_name.endswith('.py'):
+            loader = importlib.util.spec_from_file_location(os.path.basename(module_name)[:-3], module_name)
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+        return getattr(module, name)
+    except (ImportError, AttributeError, FileNotFoundError) as e:
+        raise UserError(f"--reward={spec}: cannot load it ({e}); it must name a module (or .py file) defining "
+                        f"{name}(prompts, completions, **kwargs)") from None
+
+
+def user_reward(spec):
+    """A reward of this module's shape that calls the user's function (load_user_function) on the texts and ids."""
+    fn = load_user_function(spec)
+
+    def reward(r):
+        ids = r.seqs.tolist()
+        scores = fn(prompts=r.prompts, completions=r.completions,
+                    prompt_ids=[row[:n] for row, n in zip(ids, r.prompt_lengths)],
+                    completion_ids=[row[n:] for row, n in zip(ids, r.prompt_lengths)])
+        scores = [float(s) for s in scores]
+        if len(scores) != len(ids) or not all(math.isfinite(s) for s in scores):
+            raise UserError(f"--reward={spec} returned {len(scores)} scores for {len(ids)} completions (or a "
+                            f"non-finite one): it must return one finite float per completion")
+        return torch.tensor(scores, device=r.seqs.device), None
+    return reward
+
+
+def reward_function(name, reward_form='p_natural'):
+    """The reward a name picks: a built-in (the judge's in its reward_form) or a user's module:function."""
+    if name == 'judge':
+        return judge_log_odds if reward_form == 'log_odds' else judge
+    if name in BUILT_IN:
+        return BUILT_IN[name]
+    if ':' in name:
+        return user_reward(name)
+    raise UserError(f"reward must be 'judge', 'teacher', 'teacher_ratio', 'known_words' or module:function, "
+                    f"got {name!r}")
+
+
+def kl_regularised(rewards, logps, ref_logps, mask):
+    """rewards minus each completion's exact log-ratio sum_t log pi(x_t) - log pi_ref(x_t) over its tokens (mask):
+    its expected policy gradient is that of E[r] - KL(pi || pi_ref); as a log-weight, log pi_ref·e^r / pi."""
+    return rewards - ((logps - ref_logps) * mask).sum(1).to(rewards.dtype)

@@ -1,0 +1,178 @@
+"""The rewards' one home (rewards.py) and the objectives whose fixed point is the judge's tilt: the KL inside the
+reward, distribution matching (dpg, resample_mle) and the judge as a next-token teacher, on known cases."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import positive_control_run, run_script
+from model import GPT, load_checkpoint
+from policy import token_logprobs
+from train_grpo import group_advantages, grpo_loss
+
+
+def same_weights(a, b):
+    sa, sb = load_checkpoint(str(a))['model'], load_checkpoint(str(b))['model']
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_the_kl_inside_the_reward_gives_the_gradient_of_the_regularised_objective(char_ckpt):
+    """The fixed point made right (--reward_form=log_odds --kl_in_reward=True --beta=0 --scale_rewards=none): with
+    the completion's exact log-ratio to the reference inside the reward and centred, unscaled advantages, the mean
+    update of the loss points along the gradient of E_pi[f] - KL(pi || pi_ref), which is computed exactly here by
+    enumerating every two-token completion of a prompt (G-sized groups shrink it by (G - 1) / G)."""
+    from rewards import kl_regularised
+    torch.manual_seed(0)
+    policy = GPT.from_checkpoint(char_ckpt)
+    reference = GPT.from_checkpoint(char_ckpt).requires_grad_(False)
+    with torch.no_grad():  # a policy already moved away from its reference
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    V, P, G, n = policy.config.vocab_size, 4, 8, 10000
+    prompt = torch.arange(1, P + 1)[None, :]
+    f_table = torch.randn(V, V, generator=torch.Generator().manual_seed(1))  # the judge: any function of the text
+
+    def regularised(seqs):  # (f, log pi, log pi_ref, mask) of two-token completions
+        mask = torch.zeros(len(seqs), P + 1)
+        mask[:, P - 1:] = 1
+        logps = token_logprobs(policy, seqs, 1.0)[0]
+        return f_table[seqs[:, P], seqs[:, P + 1]], logps, token_logprobs(reference, seqs, 1.0)[0], mask
+
+    grid = torch.cartesian_prod(torch.arange(V), torch.arange(V))
+    f, logps, ref, mask = regularised(torch.cat([prompt.repeat(V * V, 1), grid], 1))
+    log_pi = (logps * mask).sum(1)
+    objective = (log_pi.exp() * (f - log_pi + (ref * mask).sum(1))).sum()  # E_pi[f] - KL(pi || pi_ref), exactly
+    exact = torch.autograd.grad(objective, list(policy.parameters()))
+    with torch.no_grad():
+        seqs = policy.generate(prompt.repeat(n, 1), 2, generator=torch.Generator().manual_seed(2))
+    f, logps, ref, mask = regularised(seqs)
+    advantages = group_advantages(kl_regularised(f, logps.detach(), ref, mask), G, 'none')[0]
+    loss = grpo_loss(logps, logps.detach(), None, advantages, mask, beta=0.0, loss_type='dr_grpo',
+                     max_completion_length=2)[0]
+    update = torch.autograd.grad(-loss, list(policy.parameters()))
+    flat = [torch.cat([g.flatten() for g in grads]) for grads in (exact, update)]
+    cosine = float(torch.nn.functional.cosine_similarity(*flat, dim=0))
+    ratio = float(flat[1].norm() / flat[0].norm()) / ((G - 1) / G / 2)  # dr_grpo divides by 2 completion tokens
+    # (the same reward without the KL inside it reads cosine 0.85 and ratio 0.29 here)
+    assert cosine > 0.97 and 0.85 < ratio < 1.15, (cosine, ratio)
+
+
+def test_a_users_reward_plugs_in_as_a_function_of_texts(tmp_path, judge_case, char_ckpt):
+    """--reward=file.py:function (or module:function) plays a user's own reward, called as TRL calls its
+    reward_funcs: with the prompts' and completions' texts and ids, one float back a completion; a function that
+    returns the wrong number of scores is refused with a one-line error."""
+    from types import SimpleNamespace
+    from configurator import UserError
+    from rewards import user_reward
+    (tmp_path / 'my_rewards.py').write_text(
+        "def vowels(prompts, completions, prompt_ids, completion_ids, **kwargs):\n"
+        "    assert len(prompts) == len(completions) == len(prompt_ids) == len(completion_ids)\n"
+        "    return [sum(c in 'aeiou' for c in text) for text in completions]\n"
+        "def short(prompts, completions, **kwargs):\n"
+        "    return [1.0]\n")
+    r = SimpleNamespace(seqs=torch.tensor([[1, 2, 3], [4, 5, 6]]), prompt_lengths=[1, 2], prompts=['x', 'yy'],
+                        completions=['aeb', 'zz'])
+    rewards, per_position = user_reward(f"{tmp_path / 'my_rewards.py'}:vowels")(r)
+    assert rewards.tolist() == [2.0, 0.0] and per_position is None
+    with pytest.raises(UserError, match='one finite float per completion'):
+        user_reward(f"{tmp_path / 'my_rewards.py'}:short")(r)
+    m = positive_control_run(judge_case, 'user.pt', char_ckpt, f"--reward={tmp_path / 'my_rewards.py'}:vowels",
+                             '--max_steps=2')
+    assert all(h['reward'] >= 0 and h['reward'] == int(h['reward'] * 32) / 32 for h in m['history'])
+
+
+def test_the_tilts_advantages_weigh_each_group_by_its_own_weights():
+    """dpg: G·w - 1 with w the softmax of a group's log-weights (a group of equal weights: all 0); resample_mle: G at
+    the one rollout kept, drawn in proportion to w (a weight of 1 is always kept)."""
+    from train_grpo import tilt_advantages
+    log_w = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, -50.0, -50.0, -50.0])
+    adv, equal, _, ess = tilt_advantages(log_w, 4, 'dpg', None)
+    assert adv[:4].abs().max() < 1e-6 and adv[4] == pytest.approx(3.0) and adv[5:] == pytest.approx([-1.0] * 3)
+    assert equal == 1 and ess == pytest.approx((4 + 1) / 2)
+    adv, *_ = tilt_advantages(log_w, 4, 'resample_mle', np.random.default_rng(0))
+    assert sorted(adv[:4].tolist()) == [0, 0, 0, 4] and adv[4:].tolist() == [4, 0, 0, 0]
+
+
+@torch.no_grad()
+def forward_kl_to(teacher_path, policy_path, data_dir, n=16):
+    """The exact forward KL(teacher || policy) per token, over the vocabulary, on n fixed val windows."""
+    teacher, policy = GPT.from_checkpoint(str(teacher_path)), GPT.from_checkpoint(str(policy_path))
+    val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    N = policy.config.block_size
+    x = torch.from_numpy(np.stack([np.asarray(val[i * N:(i + 1) * N], dtype=np.int64) for i in range(n)]))
+    law = torch.log_softmax(teacher(x[:, :-1], all_logits=True)[0], -1)
+    return float(token_logprobs(policy, x, 1.0, kl_to=law, kl_forward=True)[2].mean())
+
+
+@pytest.mark.parametrize('objective', ['dpg', 'resample_mle', 'judge_teacher'])
+def test_the_tilts_objectives_carry_a_tiny_teachers_sequence_ratio(judge_case, char_ckpt, char_data, objective):
+    """The known case of distribution matching: the reward is a tiny teacher's exact sequence log-ratio to the
+    reference (--reward=teacher_ratio, one scalar a completion, as a judge gives it), whose tilt at scale 1 is the
+    teacher; every objective brings the nearly uniform generator closer to it: the exact forward KL to the teacher
+    falls. dpg and resample_mle log the weights' effective sample size (1 to G); judge_teacher distils the tilt's
+    next-token law, at scale 1 the teacher's own (its logged KL to that law falls too)."""
+    d, start = judge_case, judge_case / 'gen' / 'ckpt.pt'
+    m = positive_control_run(d, f'{objective}.pt', start, '--reward=teacher_ratio', f'--teacher_path={char_ckpt}',
+                             f'--objective={objective}', '--beta=0', '--loss_type=dr_grpo')
+    before = forward_kl_to(char_ckpt, start, char_data)
+    after = forward_kl_to(char_ckpt, d / f'{objective}.pt', char_data)
+    assert after < 0.97 * before, (before, after)  # 24 steps: dpg -11%, resample_mle -7%, judge_teacher -66%
+    if objective == 'judge_teacher':
+        kls = [h['teacher_kl'] for h in m['history']]
+        assert kls[-1] < kls[0] and all(h['ess'] is None for h in m['history']), kls
+    else:
+        assert all(1 <= h['ess'] <= 4 for h in m['history'])
+
+
+def test_the_judge_teachers_law_is_the_teachers_at_scale_one_and_a_token_judges_by_its_scores(char_ckpt):
+    """judge_teacher's law: from teacher_ratio at scale 1, the teacher's next-token law exactly; from a token judge,
+    pi_ref's law reweighted by e^{a·f(x<t v)} (tilt.judge_token_scores) and normalised over the vocabulary."""
+    from types import SimpleNamespace
+    from tilt import judge_token_scores
+    from train_grpo import judge_teacher_law
+    from runtime import setup_runtime
+    torch.manual_seed(0)
+    reference = GPT.from_checkpoint(str(char_ckpt))
+    teacher = GPT.from_checkpoint(str(char_ckpt))
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    judge = GPT.from_checkpoint(str(char_ckpt), mode='reward', reward_pooling='token')
+    with torch.no_grad():  # its head starts at zero, silent: give it a view
+        for p in judge.reward_head.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    seqs = torch.randint(reference.config.vocab_size, (2, 12))
+    C = SimpleNamespace(judge_update_interval=0, temperature=1.0, reward='teacher_ratio', reward_scale=1.0)
+    run = SimpleNamespace(C=C, rt=setup_runtime('cpu', 'auto', 'float32', 0), reference=reference, teacher=teacher,
+                          policy=None, reward_model=judge)
+    law = judge_teacher_law(run, SimpleNamespace(seqs=seqs))
+    with torch.no_grad():
+        torch.testing.assert_close(law, torch.log_softmax(teacher(seqs[:, :-1], all_logits=True)[0], -1),
+                                   atol=1e-5, rtol=0)
+        C.reward, C.reward_scale = 'judge', 0.5
+        expected = torch.log_softmax(torch.log_softmax(reference(seqs[:, :-1], all_logits=True)[0], -1)
+                                     + 0.5 * judge_token_scores(judge, seqs, 1).float(), -1)
+        torch.testing.assert_close(judge_teacher_law(run, SimpleNamespace(seqs=seqs)), expected, atol=1e-5, rtol=0)
+
+
+def test_a_token_judge_co_trained_online_teaches_through_its_next_token_law(tmp_path, char_ckpt, char_data,
+                                                                             char_reward):
+    """--objective=judge_teacher with a token judge that keeps up (binary: natural windows against the policy's own
+    rollouts, every step): the law's KL is logged each step, the judge moves and is saved, and the law's cost (V
+    candidate tokens a position through the judge) is in the run's FLOPs."""
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
+                   f'--out_path={tmp_path / "tj.pt"}', '--device=cpu', '--max_iters=20', '--reward_pooling=token')
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "tj.pt"}',
+                   f'--dataset={char_data}', '--device=cpu', '--max_steps=3', '--eval_interval=100', '--beta=0',
+                   '--objective=judge_teacher', '--reward_scale=0.5', '--judge_update_interval=1',
+                   '--judge_loss=binary', '--judge_natural_windows=8', '--prompts_per_step=2', '--num_generations=2',
+                   f'--out_path={tmp_path / "p.pt"}')
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = load_checkpoint(str(tmp_path / 'p.pt'))['metrics']
+    assert all(h['teacher_kl'] > 0 and h['judge_loss'] is not None for h in m['history'])
+    assert not same_weights(tmp_path / 'p_judge.pt', tmp_path / 'tj.pt')
+    start, policy = GPT.from_checkpoint(str(tmp_path / 'tj.pt')), GPT.from_checkpoint(str(char_ckpt))
+    V, N = policy.config.vocab_size, policy.config.block_size
+    assert m['flops'] > 3 * 4 * N * V * start.flops_per_token()
