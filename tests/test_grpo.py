@@ -360,19 +360,14 @@ def test_an_ngram_judge_fitted_online_sees_the_policys_text(judge_case):
     assert all(x['reward'] < 0.5 for x in h)  # it says the policy's text is not natural
     assert 'n-gram judge' in r.stdout and not (d / 'ngram_judge.pt').exists()
     r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram',
-                   f'--out_path={d / "ngram_odds.pt"}', '--device=cpu', '--max_steps=2', '--learning_rate=0',
-                   '--eval_interval=100', '--prompts_per_step=8', '--num_generations=2', '--judge_update_interval=1',
-                   '--judge_warmup_steps=2', '--judge_natural_windows=8', '--reward_form=log_odds')
-    assert r.returncode == 0, r.stderr[-3000:]  # its log-odds, log P(natural) - log P(synthetic): below 0 here
-    assert all(x['reward'] < 0 for x in load_checkpoint(str(d / 'ngram_odds.pt'))['metrics']['history'])
-    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram',
                    f'--out_path={d / "ngram_frozen.pt"}', '--device=cpu', '--max_steps=2', '--learning_rate=0',
                    '--eval_interval=100', '--prompts_per_step=8', '--num_generations=2', '--judge_update_interval=1000',
-                   '--judge_warmup_steps=2', '--judge_natural_windows=8', '--reward_threshold=2.0')
+                   '--judge_warmup_steps=2', '--judge_natural_windows=8', '--reward_form=log_odds')
     assert r.returncode == 0, r.stderr[-3000:]  # an interval past the run: fitted on the warm-up, then frozen
     m = load_checkpoint(str(d / 'ngram_frozen.pt'))['metrics']
     assert m['judge_warmup'][-1]['judge_loss'] > 0 and all(x['judge_loss'] is None for x in m['history'])
     assert min(x['judge_sight'] for x in m['history']) > 0.9
+    assert all(x['reward'] < 0 for x in m['history'])  # its log-odds, log P(natural) - log P(synthetic): below 0
     base = [f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram', f'--out_path={d / "x.pt"}', '--device=cpu']
     for extra, says in ((['--judge_update_interval=1'], 'judge_warmup_steps'),
                         (['--judge_update_interval=1', '--judge_warmup_steps=1',

@@ -162,7 +162,7 @@ def test_a_token_judge_co_trained_online_teaches_through_its_next_token_law(tmp_
     rollouts, every step): the law's KL is logged each step, the judge moves and is saved, and the law's cost (V
     candidate tokens a position through the judge) is in the run's FLOPs."""
     r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
-                   f'--out_path={tmp_path / "tj.pt"}', '--device=cpu', '--max_iters=20', '--reward_pooling=token')
+                   f'--out_path={tmp_path / "tj.pt"}', '--device=cpu', '--max_iters=5', '--reward_pooling=token')
     assert r.returncode == 0, r.stderr[-2000:]
     r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "tj.pt"}',
                    f'--dataset={char_data}', '--device=cpu', '--max_steps=3', '--eval_interval=100', '--beta=0',
