@@ -49,16 +49,49 @@ def completion_texts(tokenizer, windows):
     return [tokenizer.decode(s) for s in windows[:, PROMPT_LEN:].tolist()]
 
 
-def tfidf_classifier(balanced=True):
-    """The referee's classifier: its features are fitted on each training fold only. balanced=False: the caller
-    weighs the texts itself (joint_scores)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
+# the referee's features: TF-IDF (sublinear tf) of char 1-4-grams seen in two training texts at least, and of
+# lower-cased words; each fold's vocabulary and idf come from its training texts only
+CHAR_NGRAMS = dict(analyzer='char', ngram_range=(1, 4), min_df=2)
+WORDS = dict(analyzer='word', token_pattern=r"[A-Za-z']+", min_df=1)
+
+
+def referee_regression(balanced):
     from sklearn.linear_model import LogisticRegression
+    return LogisticRegression(C=1.0, max_iter=2000, class_weight='balanced' if balanced else None)
+
+
+def tfidf_classifier(balanced=True):
+    """The referee's classifier on raw texts: its features are fitted on each training fold only. balanced=False: the
+    caller weighs the texts itself."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.pipeline import make_pipeline, make_union
-    return make_pipeline(
-        make_union(TfidfVectorizer(analyzer='char', ngram_range=(1, 4), sublinear_tf=True, min_df=2),
-                   TfidfVectorizer(analyzer='word', token_pattern=r"[A-Za-z']+", sublinear_tf=True)),
-        LogisticRegression(C=1.0, max_iter=2000, class_weight='balanced' if balanced else None))
+    return make_pipeline(make_union(TfidfVectorizer(**CHAR_NGRAMS, sublinear_tf=True),
+                                    TfidfVectorizer(**WORDS, sublinear_tf=True)), referee_regression(balanced))
+
+
+def term_counts(texts):
+    """Every text's char n-gram and word counts over all the texts' terms, counted once (in sorted order, as the
+    vectorizers order them): a fold's features are then columns of these (fold_referee), not a fresh count of
+    every text for each fold and refit."""
+    from sklearn.feature_extraction.text import CountVectorizer
+    return [CountVectorizer(**dict(kind, min_df=1)).fit_transform(texts) for kind in (CHAR_NGRAMS, WORDS)]
+
+
+def fold_referee(counts, train, y, balanced=True, sample_weight=None):
+    """tfidf_classifier fitted on the rows `train` of term_counts' matrices (labels y, P(sample) = 1): the same
+    features (each fold's vocabulary, min_df and idf from its training rows alone) at a fraction of the cost.
+    Returns P(label 1) of any rows."""
+    import scipy.sparse as sp
+    from sklearn.feature_extraction.text import TfidfTransformer
+    kept = []
+    for c, kind in zip(counts, (CHAR_NGRAMS, WORDS)):
+        columns = np.flatnonzero(np.diff(c[train].tocsc().indptr) >= kind['min_df']) if len(train) else []
+        kept.append((c, columns, TfidfTransformer(sublinear_tf=True).fit(c[train][:, columns])))
+
+    def features(rows):
+        return sp.hstack([tfidf.transform(c[rows][:, columns]) for c, columns, tfidf in kept]).tocsr()
+    regression = referee_regression(balanced).fit(features(train), y, sample_weight=sample_weight)
+    return lambda rows: regression.predict_proba(features(rows))[:, 1]
 
 
 def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
@@ -73,9 +106,9 @@ def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
     from sklearn.model_selection import StratifiedKFold
     texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
     y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
-    p = np.zeros(len(texts))
+    p, counts = np.zeros(len(texts)), term_counts(texts)
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(texts, y):
-        p[test] = tfidf_classifier().fit(texts[train], y[train]).predict_proba(texts[test])[:, 1]
+        p[test] = fold_referee(counts, train, y[train])(test)
     natural, samples = p[y == 0], p[y == 1]
     boots = bootstrap_aucs(samples, natural, seed, C2ST_BOOTSTRAP)
     return dict(c2st_accuracy=float(np.mean((p > 0.5) == y)), c2st_auc=auc(samples, natural),
@@ -83,7 +116,7 @@ def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
                 c2st_auc_ci=[float(q) for q in np.percentile(boots, [2.5, 97.5])], c2st_n=len(texts), c2st_folds=folds)
 
 
-def joint_scores(natural_texts, sample_sets, seed, folds=C2ST_FOLDS, set_weights=None):
+def joint_scores(natural_texts, sample_sets, seeds, folds=C2ST_FOLDS, set_weights=None):
     """
     One referee for several sets of samples: the classifier of each fold learns natural text against every set at
     once, and scores the held-out natural windows and each set's held-out samples. Text i of every set (the
@@ -91,24 +124,29 @@ def joint_scores(natural_texts, sample_sets, seed, folds=C2ST_FOLDS, set_weights
     set_weights: each set's share of the samples' weight in that training (default: equal); natural text and the
     samples weigh the same in all, as the balanced classifier weighs them. A side given as the mix of two sets then
     weighs in the referee as much as a side of one set, and a set of weight 0 teaches it nothing.
-    Returns the out-of-fold P(sample) of the natural windows and of each set.
+    Returns, for each fold seed in seeds (a refit), the out-of-fold P(sample) of the natural windows and of each set.
     """
-    from sklearn.model_selection import KFold
     natural = np.array(natural_texts, dtype=object)
     sets = [np.array(s, dtype=object) for s in sample_sets]
     if any(len(s) != len(natural) for s in sets):
         raise ValueError("every set needs one sample per natural window")
-    p_natural, p_sets = np.zeros(len(natural)), [np.zeros(len(natural)) for _ in sets]
-    shares = np.full(len(sets), 1 / len(sets)) if set_weights is None else \
+    counts = term_counts(np.concatenate([natural] + sets))  # set k's text i is row (k + 1) n + i
+    return [_joint_fit(counts, len(sets), len(natural), seed, folds, set_weights) for seed in seeds]
+
+
+def _joint_fit(counts, n_sets, n, seed, folds, set_weights):
+    from sklearn.model_selection import KFold
+    p_natural, p_sets = np.zeros(n), [np.zeros(n) for _ in range(n_sets)]
+    shares = np.full(n_sets, 1 / n_sets) if set_weights is None else \
         np.asarray(set_weights, dtype=np.float64) / np.sum(set_weights)
-    for train, test in KFold(folds, shuffle=True, random_state=seed).split(natural):
-        X = np.concatenate([natural[train]] + [s[train] for s in sets])
-        y = np.r_[np.zeros(len(train)), np.ones(len(train) * len(sets))]
+    for train, test in KFold(folds, shuffle=True, random_state=seed).split(np.arange(n)):
+        rows = np.concatenate([train + k * n for k in range(n_sets + 1)])
+        y = np.r_[np.zeros(len(train)), np.ones(len(train) * n_sets)]
         # the balanced classifier's weights (each class half of the total), the samples' half shared as set_weights
-        half = len(X) / 2
+        half = len(rows) / 2
         w = np.r_[np.full(len(train), half / len(train)), np.repeat(shares * half / len(train), len(train))]
-        classifier = tfidf_classifier(balanced=False).fit(X, y, logisticregression__sample_weight=w)
-        p_natural[test] = classifier.predict_proba(natural[test])[:, 1]
-        for p, s in zip(p_sets, sets):
-            p[test] = classifier.predict_proba(s[test])[:, 1]
+        p_of = fold_referee(counts, rows, y, balanced=False, sample_weight=w)
+        p_natural[test] = p_of(test)
+        for k, p in enumerate(p_sets):
+            p[test] = p_of(test + (k + 1) * n)
     return p_natural, p_sets

@@ -144,8 +144,8 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
         return None
     # the referee weighs the arm and the control alike: the control's half shared by its parts' weights
     weights = [1.0] + [w for w, _ in parts]
-    fits = [joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points], seed + r,
-                         set_weights=weights) for r in range(refits)]
+    fits = joint_scores(arm['c2st_natural_texts'], [p['c2st_sample_texts'] for p in points],
+                        [seed + r for r in range(refits)], set_weights=weights)
 
     def difference(fit, natural, prompts):
         p_natural, p_sets = fits[fit]

@@ -68,6 +68,7 @@ def _in_process_run(script, args):
     import numpy as np
     import torch
     from configurator import run_cli
+    from forkserver import exit_code
     saved = (sys.argv, os.getcwd(), dict(os.environ), torch.get_num_threads(), torch.get_rng_state(),
              np.random.get_state(), random.getstate(), torch.are_deterministic_algorithms_enabled(),
              torch.get_default_dtype())
@@ -81,9 +82,7 @@ def _in_process_run(script, args):
                 module = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
                 run_cli(module.main)
             except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (e.code is not None)
-                if isinstance(e.code, str):  # sys.exit('message'): Python prints it and exits 1
-                    print(e.code, file=sys.stderr)
+                code = exit_code(e)
             except Exception:
                 traceback.print_exc()
                 code = 1

@@ -69,8 +69,39 @@ def run_child(request, fds, sock_path, launcher):
     sys.path[0] = os.path.dirname(script)
     sys.executable = launcher
     import runpy
-    runpy.run_path(script, run_name='__main__')
-    sys.exit(0)  # an uncaught exception or SystemExit ends this process as it would end `python script.py`
+    try:
+        runpy.run_path(script, run_name='__main__')
+        code = 0
+    except SystemExit as e:
+        code = exit_code(e)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    finish(code)
+
+
+def exit_code(e):
+    """The exit status `python script.py` gives a SystemExit: its code, 0 for None, 1 (the message printed) for
+    anything else."""
+    if e.code is None or isinstance(e.code, int):
+        return e.code or 0
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def finish(code):
+    """Exit as the interpreter does (join non-daemon threads, run atexit handlers, flush the standard streams) but
+    without tearing down every loaded module: with torch loaded, that teardown took 1.3 s of each forked run."""
+    import atexit
+    import threading
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def serve_one(conn, sock_path, launcher):
