@@ -1,6 +1,6 @@
 """The suite's fork server (tests/forkserver.py) runs a script as a fresh interpreter runs it: the same output, exit
 code and traceback, its own argv, sys.path[0] and working directory, a nested `sys.executable script.py` (a
-run_cycles stage) too, and a timeout kills it."""
+run_cycles stage) too, an exit that joins threads, runs atexit handlers and flushes, and a timeout kills it."""
 import subprocess
 
 import pytest
@@ -24,6 +24,12 @@ elif sys.argv[1] == 'raise':
 elif sys.argv[1] == 'sleep':
     import time
     time.sleep(60)
+elif sys.argv[1] == 'finish':  # what an interpreter's exit does: join threads, run atexit, flush, SystemExit's text
+    import atexit, threading, time
+    atexit.register(lambda: print('atexit ran'))
+    threading.Thread(target=lambda: (time.sleep(0.2), print('thread joined'))).start()
+    sys.stdout.write('unflushed')
+    sys.exit('a message')
 '''
 
 
@@ -34,17 +40,19 @@ def script(tmp_path):
     return str(tmp_path / 'script.py')
 
 
-@pytest.mark.parametrize('args', [['plain', 'x'], ['exit', '3'], ['raise'], ['nested']])
+@pytest.mark.parametrize('args', [['plain', 'x'], ['exit', '3'], ['raise'], ['nested'], ['finish']])
 def test_a_forked_run_is_a_fresh_run(script, args):
     forked = run_script(script, *args)
     fresh = run_script(script, *args, fresh=True)
     assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout)
     assert forked.stderr.splitlines()[0] == fresh.stderr.splitlines()[0] == 'to stderr'
     assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
-    expected = {'plain': 0, 'exit': 3, 'raise': 1, 'nested': 0}[args[0]]
+    expected = {'plain': 0, 'exit': 3, 'raise': 1, 'nested': 0, 'finish': 1}[args[0]]
     assert forked.returncode == expected and "stdin '' 17" in forked.stdout
     if args[0] == 'raise':
         assert 'Traceback' in forked.stderr and 'RuntimeError: boom' in forked.stderr
+    if args[0] == 'finish':
+        assert forked.stdout.endswith('unflushedthread joined\natexit ran\n') and forked.stderr.endswith('a message\n')
     if args[0] == 'nested':
         assert "nested 5 [\"['exit',\", \"'5']\"]" in forked.stdout and 'nested -c 42' in forked.stdout
 

@@ -48,6 +48,19 @@ def test_two_sample_test_is_deterministic_per_seed(natural):
     assert two_sample_test(a, planted, seed=3) != two_sample_test(a, planted, seed=4)  # other folds
 
 
+def test_the_referee_counted_once_is_the_pipeline_fitted_per_fold(natural):
+    """fold_referee's features come from term counts made once over all texts; fitted on a fold's rows it scores as
+    the vectorizers fitted on that fold's texts alone do (their vocabulary, min_df and idf), to float rounding."""
+    from two_sample import fold_referee, term_counts, tfidf_classifier
+    a, b, _ = natural
+    texts = np.array(a[:150] + plant_invented_words(b[:150], 0.1, seed=0), dtype=object)
+    y = np.r_[np.zeros(150), np.ones(150)]
+    train, test = np.arange(0, 300, 2), np.arange(1, 300, 2)
+    once = fold_referee(term_counts(texts), train, y[train])(test)
+    per_fold = tfidf_classifier().fit(texts[train], y[train]).predict_proba(texts[test])[:, 1]
+    assert np.abs(once - per_fold).max() < 1e-9
+
+
 def c2st_point(reference, samples):
     """An evaluation point's texts for the two-sample test: every point of a run shares the natural windows."""
     return dict(c2st_natural_texts=reference, c2st_sample_texts=samples)
