@@ -36,6 +36,7 @@ resample_mle or judge_teacher (docs/grpo_cycle.md, "The fixed point made right, 
 """
 
 import copy
+import functools
 import json
 import os
 import time
@@ -632,15 +633,28 @@ def score(run, batch, reference=True):
     return s
 
 
+class RewardInputs(SimpleNamespace):
+    """What a reward reads (rewards.py): the rollouts' ids, masks and texts, the models, and the judge's scores. The
+    texts are decoded when a reward first reads them (known_words and a user's reward do), the completions taken
+    from the n-gram judge where it has decoded them already."""
+
+    @functools.cached_property
+    def prompts(self):
+        return [self.tokenizer.decode(row[:n]) for row, n in zip(self.seqs.tolist(), self.prompt_lengths)]
+
+    @functools.cached_property
+    def completions(self):
+        if self.decoded is not None:
+            return self.decoded
+        return [self.tokenizer.decode(row[n:]) for row, n in zip(self.seqs.tolist(), self.prompt_lengths)]
+
+
 def reward_inputs(run, batch, s):
-    """What a reward reads (rewards.py): the rollouts' ids, masks and texts, the models, and the judge's scores."""
-    lengths = batch.lengths_t.tolist()
-    return SimpleNamespace(
-        seqs=batch.seqs, mask=batch.mask, generated=batch.generated, prompt_lengths=lengths,
-        prompts=[run.tokenizer.decode(row[:n]) for row, n in zip(batch.seqs.tolist(), lengths)],
-        completions=completion_texts(run, batch.seqs, lengths), policy=run.policy, reference=run.reference,
-        teacher=run.teacher, temperature=run.C.temperature, known_words=run.known_words, teacher_logp=s.target_logp,
-        judged=s.judged, p_natural=s.p_natural, probs=getattr(s, 'probs', None))
+    return RewardInputs(
+        seqs=batch.seqs, mask=batch.mask, generated=batch.generated, prompt_lengths=batch.lengths_t.tolist(),
+        tokenizer=run.tokenizer, decoded=s.texts[1] if getattr(s, 'texts', None) else None, policy=run.policy,
+        reference=run.reference, teacher=run.teacher, temperature=run.C.temperature, known_words=run.known_words,
+        teacher_logp=s.target_logp, judged=s.judged, p_natural=s.p_natural, probs=getattr(s, 'probs', None))
 
 
 @torch.no_grad()

@@ -811,6 +811,24 @@ def test_the_known_word_reward_is_the_share_of_known_whole_words():
     assert rewards.tolist() == pytest.approx([2 / 3, 1.0, 0.0]) and per_position is None
 
 
+def test_a_rewards_texts_are_decoded_once_and_only_when_read():
+    """Decoding the rollouts costs a step time: a reward's texts are decoded when it first reads them, once, and the
+    completions the n-gram judge decoded already are taken as they are."""
+    from train_grpo import RewardInputs
+    calls = []
+
+    class Letters:
+        def decode(self, ids):
+            calls.append(ids)
+            return ''.join(chr(97 + i) for i in ids)
+    seqs = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    r = RewardInputs(seqs=seqs, prompt_lengths=[1, 2], tokenizer=Letters(), decoded=None)
+    assert not calls
+    assert r.prompts == ['a', 'de'] and r.completions == ['bc', 'f'] == r.completions and len(calls) == 4
+    assert RewardInputs(seqs=seqs, prompt_lengths=[1, 2], tokenizer=Letters(), decoded=['x', 'y']).completions == \
+        ['x', 'y'] and len(calls) == 4
+
+
 def test_the_known_word_reward_plays_through_grpo(judge_case, char_ckpt):
     """The trainer plays it end to end: rewards are shares, no teacher's compute, no reward-threshold stop. (Whether
     a few RL steps raise it is a matter of the floating-point path on a tiny model, not of the code: the reward's
