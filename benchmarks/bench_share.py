@@ -35,6 +35,12 @@ def run(args, out_path, extra=()):
     return load_checkpoint(out_path)['metrics']
 
 
+def seed_share(arm_ppl, control_ppl, tokens):
+    """One seed's paired effect on perplexity, 1 - ppl(arm) / ppl(control), and the arm's gain over its control in
+    nats a completion of `tokens` tokens, ln(ppl(control) / ppl(arm)) a token: the unit of the judge's worth."""
+    return 1 - arm_ppl / control_ppl, float(np.log(control_ppl / arm_ppl) * tokens)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--out', required=True)
@@ -52,8 +58,7 @@ def main():
         off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_off_s{seed}.pt'),
                   ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"])
         tokens = load_checkpoint(arm_path)['model_args']['block_size'] - PROMPT_LEN
-        effect = 1 - arm['final_val_ppl'] / off['final_val_ppl']
-        gain = np.log(off['final_val_ppl'] / arm['final_val_ppl']) * tokens
+        effect, gain = seed_share(arm['final_val_ppl'], off['final_val_ppl'], tokens)
         effects.append(effect)
         gains.append(gain)
         rows.append(f"| {seed} | {arm['val_ppl_start']:.3f} | {arm['final_val_ppl']:.3f} | {off['final_val_ppl']:.3f} "

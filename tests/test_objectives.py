@@ -176,3 +176,16 @@ def test_a_token_judge_co_trained_online_teaches_through_its_next_token_law(tmp_
     start, policy = GPT.from_checkpoint(str(tmp_path / 'tj.pt')), GPT.from_checkpoint(str(char_ckpt))
     V, N = policy.config.vocab_size, policy.config.block_size
     assert m['flops'] > 3 * 4 * N * V * start.flops_per_token()
+
+
+def test_the_share_a_game_carries_is_read_in_the_judges_nats():
+    """bench_share.py's per-seed figures on hand numbers: an arm 1% below its control in perplexity gains -ln(0.99)
+    nats a token, 120 of them a completion; an arm above its control loses."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    from bench_share import seed_share
+    effect, gain = seed_share(5.94, 6.0, 120)
+    assert effect == pytest.approx(0.01) and gain == pytest.approx(-np.log(0.99) * 120)
+    effect, gain = seed_share(6.06, 6.0, 120)
+    assert effect == pytest.approx(-0.01) and gain < 0
