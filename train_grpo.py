@@ -168,6 +168,10 @@ judge_natural_windows = 0
 # NLL term move the policy (the same trainer, settings and compute with the judge's signal removed)
 judge_off = False
 arm_log = ''  # judge-off only: the arm's _log.jsonl; the control runs as many steps as the arm did
+# the shuffled-judge control: each step's rewards permuted across its rollouts (the judge's own values and spread, no
+# tie to the text they score). Where judge-off moves nothing (the KL inside the reward: every advantage 0), this
+# shows what a reward of the judge's scale does by chance, so a gain over it is the judge's knowledge
+reward_shuffle = False
 # real text in the loss (TextGAIL keeps human text in its RL buffer; SPIN's fix for falling likelihoods): this weight
 # times the next-token loss of the corpus' own continuation of each step's prompts (0: the seed's pure GRPO)
 nll_weight = 0.0
@@ -414,6 +418,9 @@ def check_config(C):
         raise UserError("judge_update_interval and judge_replay must be >= 0, judge_steps and judge_batch_size >= 1")
     if C.arm_log and not C.judge_off:
         raise UserError("arm_log sets the judge-off control's steps: pass it with --judge_off=True")
+    if C.reward_shuffle and (C.judge_off or C.token_advantages or C.objective == 'judge_teacher'):
+        raise UserError("--reward_shuffle permutes whole completions' rewards: not with judge_off, token_advantages "
+                        "or --objective=judge_teacher")
     if (C.judge_unfreeze_layers or C.judge_warmup_steps or C.judge_loss) and not C.judge_update_interval:
         raise UserError("judge_unfreeze_layers, judge_loss and judge_warmup_steps shape the online judge: pass "
                         "--judge_update_interval=1 (or k) with them")
@@ -455,6 +462,7 @@ def setup(C, rt):
         raise UserError(f"--objective=judge_teacher needs a judge that reads every prefix; {C.reward_model_path} "
                         f"pools by '{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
     run.resample_rng = np.random.default_rng([C.seed, rt.rank, 13])  # resample_mle's choices
+    run.shuffle_rng = np.random.default_rng([C.seed, rt.rank, 17])  # reward_shuffle's permutations
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.ngram = NgramJudge() if C.judge == 'ngram' else None
     run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
@@ -614,6 +622,8 @@ def score(run, batch, reference=True):
     s.rewards = C.reward_scale * rewards  # the positive controls replace the judge's signal; its figures stay
     if per_position is not None:
         s.judged = C.reward_scale * per_position
+    if C.reward_shuffle:  # the control: the same values, each on another rollout's text
+        s.rewards = s.rewards[torch.from_numpy(run.shuffle_rng.permutation(len(s.rewards))).to(s.rewards.device)]
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
         s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
         s.target_logp = None
@@ -954,6 +964,7 @@ def save_state(run, step):
         ngram_fitted_on=run.ngram.fitted_on if run.ngram else None,
         replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen),
         judge_rng=run.judge_rng.bit_generator.state, resample_rng=run.resample_rng.bit_generator.state,
+        shuffle_rng=run.shuffle_rng.bit_generator.state,
         history=run.history,
         ppl_start=run.ppl_start, referee_start=run.referee_start, judge_flops=run.judge_flops,
         reward_ma=list(run.reward_ma),
@@ -981,6 +992,7 @@ def restore_state(run, state):
     run.warmup = state['warmup']
     run.judge_rng.bit_generator.state = state['judge_rng']
     run.resample_rng.bit_generator.state = state['resample_rng']
+    run.shuffle_rng.bit_generator.state = state['shuffle_rng']
     run.reward_ma.extend(state['reward_ma'])
     run.stopper.load_state_dict(state['stopper'])
     run.last_ok_state, run.last_ok_step = state['last_ok_state'], state['last_ok_step']

@@ -4,11 +4,14 @@ judge-off control (the same trainer, settings and steps with the judge's signal 
 likelihood gain over that control in nats per completion, beside the judge's worth in the same nats (its
 Donsker-Varadhan bound on the base, worth.py, measured before the game): the share realised.
 
-  python benchmarks/bench_share.py --out runs/share --name ngram_kl --dv 1.46 --seeds 1338,2001,3001 -- \
-      --policy_path=BASE.pt --judge=ngram ... (train_grpo.py's options, the same for every seed)
+  python benchmarks/bench_share.py --out runs/share --name ngram_kl --dv 1.46 --seeds 1338,2001,3001 \
+      [--control judge_off|shuffled] -- --policy_path=BASE.pt --judge=ngram ... (train_grpo.py's options)
 
-Each run is train_grpo.py as a user runs it (its checkpoint OUT/NAME_s{seed}.pt, its control OUT/NAME_off_s{seed}.pt;
-a finished one is reused, an interrupted one resumes). Both read val perplexity on the same val tokens, so a seed's
+--control shuffled: the control plays the judge's own rewards, permuted across each step's rollouts
+(--reward_shuffle=True): with the KL inside the reward, judge-off moves nothing, so only this control shows what a
+reward of the judge's scale and spread gains by chance. Each run is train_grpo.py as a user runs it (its checkpoint
+OUT/NAME_s{seed}.pt, its control OUT/NAME_off_s{seed}.pt or OUT/NAME_shuffled_s{seed}.pt; a finished one is reused,
+an interrupted one resumes). Both read val perplexity on the same val tokens, so a seed's
 effect is paired: 1 - ppl(arm) / ppl(control), and its gain ln(ppl(control) / ppl(arm)) nats a token times the
 completion's tokens (block size minus the two-sample prompt, the windows the judges' worth is read on). The verdict
 on the method is verdict.seed_effect's: a t interval over the seeds, each with its own control and draws.
@@ -47,6 +50,7 @@ def main():
     p.add_argument('--name', required=True)
     p.add_argument('--seeds', default='1338,2001,3001')
     p.add_argument('--dv', type=float, required=True, help="the judge's worth on the base, nats a completion")
+    p.add_argument('--control', choices=('judge_off', 'shuffled'), default='judge_off')
     p.add_argument('grpo_args', nargs=argparse.REMAINDER, help="-- then train_grpo.py's options")
     a = p.parse_args()
     grpo_args = a.grpo_args[1:] if a.grpo_args[:1] == ['--'] else a.grpo_args
@@ -55,8 +59,12 @@ def main():
     for seed in [int(s) for s in a.seeds.split(',')]:
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
         arm = run(grpo_args + [f'--seed={seed}'], arm_path)
-        off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_off_s{seed}.pt'),
-                  ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"])
+        if a.control == 'shuffled':
+            off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_shuffled_s{seed}.pt'),
+                      ['--reward_shuffle=True'])
+        else:
+            off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_off_s{seed}.pt'),
+                      ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"])
         tokens = load_checkpoint(arm_path)['model_args']['block_size'] - PROMPT_LEN
         effect, gain = seed_share(arm['final_val_ppl'], off['final_val_ppl'], tokens)
         effects.append(effect)
@@ -67,7 +75,8 @@ def main():
     gain = seed_effect(gains, np.inf)  # the same t interval, on the gains in nats
     half = (gain['ci'][1] - gain['ci'][0]) / 2
     print(f"\n{a.name}: the judge's worth {a.dv:.2f} nats a completion ({tokens} tokens)")
-    print('| seed | val ppl at start | arm | judge-off control | effect on ppl | gain, nats a completion | share of '
+    control = 'judge-off' if a.control == 'judge_off' else 'shuffled-judge'
+    print(f'| seed | val ppl at start | arm | {control} control | effect on ppl | gain, nats a completion | share of '
           'the worth |\n|---|---|---|---|---|---|---|')
     print('\n'.join(rows))
     print(f"| **over {len(effects)} seeds** | | | | **{label_text(method)}** {method['effect']:+.2%} "

@@ -850,7 +850,8 @@ def test_the_known_word_reward_plays_through_grpo(judge_case, char_ckpt):
     (['--objective=judge_teacher', '--beta=0', '--reward=known_words'], 'per-prefix log-odds'),
     (['--objective=ppo'], 'objective must be'),
     (['--reward=teacher_ratio'], 'needs --teacher_path'),
-    (['--teacher_sampled=False'], 'leaves the exact term alone')])
+    (['--teacher_sampled=False'], 'leaves the exact term alone'),
+    (['--reward_shuffle=True', '--judge_off=True'], 'permutes whole completions')])
 def test_positive_control_settings_are_checked(args, message, char_ckpt):
     r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', '--reward_model_path=x.pt', *args)
     assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]

@@ -189,3 +189,15 @@ def test_the_share_a_game_carries_is_read_in_the_judges_nats():
     assert effect == pytest.approx(0.01) and gain == pytest.approx(-np.log(0.99) * 120)
     effect, gain = seed_share(6.06, 6.0, 120)
     assert effect == pytest.approx(-0.01) and gain < 0
+
+
+def test_the_shuffled_judge_control_plays_the_same_rewards_on_other_texts(judge_case, char_ckpt):
+    """--reward_shuffle: each step's rewards permuted across its rollouts. The first step's rollouts are the arm's
+    (the same seed), so its rewards have the same mean and spread, but each sits on another text: the policy moves
+    elsewhere."""
+    arm = positive_control_run(judge_case, 'words_arm.pt', char_ckpt, '--reward=known_words', '--max_steps=2')
+    shuffled = positive_control_run(judge_case, 'words_shuffled.pt', char_ckpt, '--reward=known_words',
+                                    '--max_steps=2', '--reward_shuffle=True')
+    first, other = arm['history'][0], shuffled['history'][0]
+    assert first['reward'] == pytest.approx(other['reward']) and first['reward_std'] == pytest.approx(other['reward_std'])
+    assert not same_weights(judge_case / 'words_arm.pt', judge_case / 'words_shuffled.pt')
