@@ -656,7 +656,7 @@ class RewardInputs(SimpleNamespace):
     def completions(self):
         if self.decoded is not None:
             return self.decoded
-        return [self.tokenizer.decode(row[n:]) for row, n in zip(self.seqs.tolist(), self.prompt_lengths)]
+        return completion_texts(self.tokenizer, self.seqs, self.prompt_lengths)
 
 
 def reward_inputs(run, batch, s):
@@ -715,18 +715,18 @@ def sight_window_probs(run):
     return run.sight_probs
 
 
-def completion_texts(run, seqs, prompt_lengths):
-    """The text of each row from its prompt's end on: what the n-gram judge reads."""
-    return [run.tokenizer.decode(row[n:]) for row, n in zip(seqs.tolist(), np.asarray(prompt_lengths).tolist())]
+def completion_texts(tokenizer, seqs, prompt_lengths):
+    """The text of each row from its prompt's end on: what the n-gram judge and a text reward read."""
+    return [tokenizer.decode(row[n:]) for row, n in zip(seqs.tolist(), np.asarray(prompt_lengths).tolist())]
 
 
 def ngram_scores(run, batch):
     """The n-gram judge's P(natural) of each rollout's completion, the reward; its sight ranks the fixed val windows,
     each cut where its row's prompt ends, against the rollouts. Its texts for the replay: the prompts' own natural
     continuations (train) against the rollouts."""
-    samples = completion_texts(run, batch.seqs, np.repeat(batch.lengths, run.C.num_generations))
-    natural = completion_texts(run, batch.real, batch.lengths)
-    held_out = completion_texts(run, run.sight_windows, np.repeat(batch.lengths, run.C.num_generations))
+    samples = completion_texts(run.tokenizer, batch.seqs, np.repeat(batch.lengths, run.C.num_generations))
+    natural = completion_texts(run.tokenizer, batch.real, batch.lengths)
+    held_out = completion_texts(run.tokenizer, run.sight_windows, np.repeat(batch.lengths, run.C.num_generations))
     p = torch.from_numpy(run.ngram.p_natural(samples)).float().to(run.rt.device)
     return SimpleNamespace(texts=(natural, samples), feats=None, judged=p, rewards=p, p_natural=p, real_feats=None,
                            probs=torch.stack([p, 1 - p], 1),
@@ -872,7 +872,7 @@ def update_ngram_judge(run, s, step, last_warmup=False):
     if C.judge_natural_windows:
         windows, lengths = sample_windows(run.train, C.judge_natural_windows, C.min_prompt_len, run.hi, run.N,
                                           run.judge_rng)
-        natural = natural + completion_texts(run, torch.from_numpy(windows), lengths)
+        natural = natural + completion_texts(run.tokenizer, torch.from_numpy(windows), lengths)
     run.replay.append((gather_lists(natural, run.rt), gather_lists(samples, run.rt)))
     if (step + 1) % C.judge_update_interval and not last_warmup:
         return None

@@ -85,8 +85,9 @@ def fold_referee(counts, train, y, balanced=True, sample_weight=None):
     from sklearn.feature_extraction.text import TfidfTransformer
     kept = []
     for c, kind in zip(counts, (CHAR_NGRAMS, WORDS)):
-        columns = np.flatnonzero(np.diff(c[train].tocsc().indptr) >= kind['min_df']) if len(train) else []
-        kept.append((c, columns, TfidfTransformer(sublinear_tf=True).fit(c[train][:, columns])))
+        training = c[train]
+        columns = np.flatnonzero(np.diff(training.tocsc().indptr) >= kind['min_df'])  # each term's document count
+        kept.append((c, columns, TfidfTransformer(sublinear_tf=True).fit(training[:, columns])))
 
     def features(rows):
         return sp.hstack([tfidf.transform(c[rows][:, columns]) for c, columns, tfidf in kept]).tocsr()

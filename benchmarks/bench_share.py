@@ -59,12 +59,9 @@ def main():
     for seed in [int(s) for s in a.seeds.split(',')]:
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
         arm = run(grpo_args + [f'--seed={seed}'], arm_path)
-        if a.control == 'shuffled':
-            off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_shuffled_s{seed}.pt'),
-                      ['--reward_shuffle=True'])
-        else:
-            off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_off_s{seed}.pt'),
-                      ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"])
+        suffix, extra = (('shuffled', ['--reward_shuffle=True']) if a.control == 'shuffled' else
+                         ('off', ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"]))
+        off = run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_{suffix}_s{seed}.pt'), extra)
         tokens = load_checkpoint(arm_path)['model_args']['block_size'] - PROMPT_LEN
         effect, gain = seed_share(arm['final_val_ppl'], off['final_val_ppl'], tokens)
         effects.append(effect)
