@@ -164,6 +164,21 @@ def c2st_effect(arm, control, seed=0, refits=REFITS):
                    refits=refits, refit_sd=float(np.std(per_fit, ddof=1)) if refits > 1 else 0.0)
 
 
+def sweep_parts(points, entropy):
+    """Where a sample entropy falls on a temperature sweep (points with 'sample_entropy'): the points sorted by it,
+    the one or two it lies between with their linear-interpolation weights [(weight, point)], and whether it lies
+    outside the sweep (then matched to the nearest end)."""
+    pts = sorted(points, key=lambda p: p['sample_entropy'])
+    xs = [p['sample_entropy'] for p in pts]
+    i = int(np.searchsorted(xs, entropy))
+    if 0 < i < len(pts) and xs[i] > xs[i - 1]:
+        w = (entropy - xs[i - 1]) / (xs[i] - xs[i - 1])
+        parts = [(1 - w, pts[i - 1]), (w, pts[i])]
+    else:
+        parts = [(1.0, pts[min(i, len(pts) - 1)])]
+    return pts, parts, not xs[0] <= entropy <= xs[-1]
+
+
 def matched_temperature(points, entropy):
     """
     The control's temperature T* whose sample entropy equals the arm's, by linear interpolation along the sweep
@@ -172,19 +187,13 @@ def matched_temperature(points, entropy):
     two-sample verdict mixes their out-of-fold scores' AUCs the same way). An arm outside the sweep's entropy range
     is matched to the nearest end (flagged). The matched judges are blind when those of a point it was read from are.
     """
-    pts = sorted(points, key=lambda p: p['sample_entropy'])
+    pts, parts, outside = sweep_parts(points, entropy)
     xs = [p['sample_entropy'] for p in pts]
 
     def at(key):
         return float(np.interp(entropy, xs, [p[key] for p in pts]))
-    i = int(np.searchsorted(xs, entropy))
-    if 0 < i < len(pts) and xs[i] > xs[i - 1]:
-        w = (entropy - xs[i - 1]) / (xs[i] - xs[i - 1])
-        parts = [(1 - w, pts[i - 1]), (w, pts[i])]
-    else:
-        parts = [(1.0, pts[min(i, len(pts) - 1)])]
     judged = fresh_judge_figure(pts[0])[0]
-    matched = dict(temperature=at('temperature'), outside_sweep=not xs[0] <= entropy <= xs[-1],
+    matched = dict(temperature=at('temperature'), outside_sweep=outside,
                    **{judged: at(judged), judged + '_sd': at(judged + '_sd')},
                    fresh_judge_recipe=pts[0].get('fresh_judge_recipe', 'crossover'),
                    fresh_judge_blind=any(p.get('fresh_judge_blind', False) for w, p in parts if w > 0),

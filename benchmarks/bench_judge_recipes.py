@@ -27,8 +27,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
@@ -40,12 +38,11 @@ sys.path.insert(0, ROOT)
 import prepare_reward_data  # noqa: E402
 import train_reward_model  # noqa: E402
 from auc import sight_auc  # noqa: E402
-from configurator import configure  # noqa: E402
 from data_loader import resolve_data_dir  # noqa: E402
 from judge import NgramJudge, reward_data_cmd, reward_model_cmd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
-from run_cycles import DEFAULTS, base_train_args, mle_args  # noqa: E402
+from shared import mle_control  # noqa: E402
 from tilt import completion_logprob, judge_law_cross_entropy, judge_log_odds  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
@@ -103,21 +100,6 @@ def combined_judge(data, tok, base):
                     csr_matrix(scaler.transform(mean_pooled_features(base, w)))]).tocsr()
         return -classifier[-1].decision_function(x)  # its logit is that of a sample; natural is class 0
     return log_odds_of, base.flops_per_token() * windows.numel()
-
-
-def mle_control(run, cfg, base, flops, out):
-    """The MLE control at these FLOPs, by the cycle's rule (run_cycles.mle_args), trained once."""
-    if not os.path.exists(out):
-        C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
-        iters, args = mle_args(C, base, flops, C.seed + 1)
-        work = out + '.work'
-        shutil.rmtree(work, ignore_errors=True)
-        subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), f'--out_dir={work}']
-                       + base_train_args(C, resolve_data_dir(C.dataset)) + args, check=True,
-                       stdout=subprocess.DEVNULL)
-        shutil.move(os.path.join(work, 'ckpt.pt'), out)
-        shutil.rmtree(work)
-    return out
 
 
 def row(name, f_natural, f_samples, flops, seed, tokens, law=None):
@@ -178,8 +160,8 @@ def main():
     combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base)
     lines.append(row("combined (n-gram + the base's features)", combined(natural), combined(samples),
                      data_flops['window'] + pass_flops, A.seed, len_completion)[0])
-    mle = GPT.from_checkpoint(mle_control(A.run, cfg, base_path, max(spent.values()),
-                                          os.path.join(work, 'mle_at_recipe_flops.pt')))
+    mle = GPT.from_checkpoint(mle_control(cfg, base_path, max(spent.values()),
+                                          os.path.join(work, 'mle_at_recipe_flops.pt'), cfg['seed'] + 1))
     f_nat = completion_logprob(mle, natural, PROMPT_LEN) - completion_logprob(base, natural, PROMPT_LEN)
     f_smp = completion_logprob(mle, samples, PROMPT_LEN) - completion_logprob(base, samples, PROMPT_LEN)
     mle_line, _ = row('MLE control, exact log-ratio', f_nat, f_smp, max(spent.values()), A.seed, len_completion)

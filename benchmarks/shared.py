@@ -1,4 +1,10 @@
-"""What the benchmarks share: the model they time. Import it after the repository root is on sys.path."""
+"""What the benchmarks share: the model they time, and the MLE control they read a method against. Import it after
+the repository root is on sys.path."""
+import os
+import shutil
+import subprocess
+import sys
+
 from model import GPT, GPTConfig
 
 # the shape of the default char model (config/train_shakespeare_char.py)
@@ -10,3 +16,23 @@ def bench_model(model_path, mode='generator'):
     if model_path:
         return GPT.from_checkpoint(model_path, mode=mode)
     return GPT(GPTConfig(**DEFAULT_SHAPE, mode=mode)).eval()
+
+
+def mle_control(cfg, base, flops, out, seed):
+    """base trained further with next-token loss for at most `flops` by the cycle's rule (run_cycles.mle_args: the
+    base's final learning rate held, its best checkpoint by the run's own selection split kept), with the training
+    options of the run whose config.json is cfg; trained once to out (written at the end) and reused."""
+    from configurator import configure
+    from data_loader import resolve_data_dir
+    from run_cycles import DEFAULTS, base_train_args, mle_args
+    if not os.path.exists(out):
+        C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
+        _, args = mle_args(C, base, flops, seed)
+        work = out + '.work'
+        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                     'train.py'), f'--out_dir={work}']
+                       + base_train_args(C, resolve_data_dir(C.dataset)) + args, check=True, stdout=subprocess.DEVNULL)
+        shutil.move(os.path.join(work, 'ckpt.pt'), out)
+        shutil.rmtree(work)
+    return out

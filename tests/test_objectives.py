@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import positive_control_run, run_script
-from model import GPT, load_checkpoint
+from model import GPT, evaluate_perplexity, load_checkpoint
 from policy import token_logprobs
 from train_grpo import group_advantages, grpo_loss
 
@@ -181,14 +181,75 @@ def test_a_token_judge_co_trained_online_teaches_through_its_next_token_law(tmp_
 def test_the_share_a_game_carries_is_read_in_the_judges_nats():
     """bench_share.py's per-seed figures on hand numbers: an arm 1% below its control in perplexity gains -ln(0.99)
     nats a token, 120 of them a completion; an arm above its control loses."""
-    import sys
-    from conftest import ROOT
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-    from bench_share import seed_share
+    seed_share = bench_share_module().seed_share
     effect, gain = seed_share(5.94, 6.0, 120)
     assert effect == pytest.approx(0.01) and gain == pytest.approx(-np.log(0.99) * 120)
     effect, gain = seed_share(6.06, 6.0, 120)
     assert effect == pytest.approx(-0.01) and gain < 0
+
+
+def bench_share_module():
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    import bench_share
+    return bench_share
+
+
+def arm_checkpoint(path, policy_path, data_dir, temperature_of_arm=1.0, flops=0):
+    """A stand-in for a train_grpo.py arm: the policy at policy_path made exactly the policy at another temperature
+    (its final layer norm's output, so its logits, divided by it), with the options bench_share reads."""
+    ckpt = load_checkpoint(policy_path)
+    model = {k: v / temperature_of_arm if k.startswith('transformer.ln_f.') else v for k, v in ckpt['model'].items()}
+    torch.save(dict(ckpt, model=model, metrics=dict(flops=flops),
+                    config=dict(policy_path=policy_path, dataset=data_dir, temperature=1.0, top_k=None,
+                                ppl_max_tokens=0)), path)
+    return str(path)
+
+
+def test_the_matched_temperature_control_finds_a_temperature_it_is_given(tmp_path, char_ckpt, char_data):
+    """An arm that is its base at T = 1.05 (logits divided by 1.05) samples with that entropy, so the matched
+    temperature is 1.05 and the control's perplexity is the arm's own: no gain. The arm that is its base reads T* = 1."""
+    bench_share = bench_share_module()
+    hot = arm_checkpoint(tmp_path / 'hot.pt', char_ckpt, char_data, temperature_of_arm=1.05)
+    t_star, outside, ppl = bench_share.matched_temperature_ppl(hot, 7, 32, [0.9, 1.0, 1.05, 1.1])
+    assert t_star == pytest.approx(1.05, abs=1e-3) and not outside
+    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
+    arm_ppl = evaluate_perplexity(GPT.from_checkpoint(hot), val)[1]
+    assert ppl == pytest.approx(arm_ppl, rel=1e-3)
+    between = bench_share.matched_temperature_ppl(hot, 7, 32, [0.9, 1.0, 1.1])[0]  # interpolated: near it
+    assert between == pytest.approx(1.05, abs=0.01)
+    same = arm_checkpoint(tmp_path / 'same.pt', char_ckpt, char_data)
+    assert bench_share.matched_temperature_ppl(same, 7, 32, [0.9, 1.0, 1.1])[0] == pytest.approx(1.0)
+    assert bench_share.matched_temperature_ppl(hot, 7, 32, [0.8, 0.9])[1]  # beyond the sweep: flagged
+
+
+def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt, char_data):
+    """--control mle: the base trained further by next-token loss for the arm's FLOPs with its run's options
+    (run_cycles.mle_args), read on the arm's val tokens; no run config beside the base is a one-line error."""
+    import json
+    import shutil
+    from run_cycles import DEFAULTS, mle_args
+    from configurator import configure
+    bench_share = bench_share_module()
+    base = tmp_path / 'run' / 'base_model_v1.pt'
+    base.parent.mkdir()
+    shutil.copy(char_ckpt, base)
+    arm = arm_checkpoint(tmp_path / 'arm.pt', str(base), char_data, flops=1e6)
+    with pytest.raises(SystemExit, match='config.json is missing'):
+        bench_share.mle_ppl(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
+    cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
+               base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False)
+    (base.parent / 'config.json').write_text(json.dumps(cfg))
+    flops = 3 * GPT.from_checkpoint(str(base)).flops_per_token(backward=True) * 8 * 32
+    arm = arm_checkpoint(tmp_path / 'arm.pt', str(base), char_data, flops=flops)
+    ppl = bench_share.mle_ppl(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
+    iters, _ = mle_args(configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items()]), str(base), flops, 3)
+    assert iters == 3 and not os.path.exists(tmp_path / 'mle.pt.work')
+    mle = GPT.from_checkpoint(str(tmp_path / 'mle.pt'))
+    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
+    assert ppl == pytest.approx(evaluate_perplexity(mle, val)[1])
+    assert not same_weights(tmp_path / 'mle.pt', base)
 
 
 def test_the_shuffled_judge_control_plays_the_same_rewards_on_other_texts(judge_case, char_ckpt):
