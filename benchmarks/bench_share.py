@@ -38,9 +38,16 @@ from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, seed_effect, sweep_parts  # noqa: E402
 
 
+def finished(out_path):
+    """Whether a train_grpo.py run to out_path has ended: its checkpoint, which each evaluation also writes, holds
+    the final perplexity."""
+    return os.path.exists(out_path) and 'final_val_ppl' in load_checkpoint(out_path)['metrics']
+
+
 def run(args, out_path, extra=()):
-    """train_grpo.py with these options to out_path, unless it is there; returns its metrics."""
-    if not os.path.exists(out_path):
+    """train_grpo.py with these options to out_path, unless it has finished there (an interrupted run resumes);
+    returns its metrics."""
+    if not finished(out_path):
         subprocess.run([sys.executable, os.path.join(ROOT, 'train_grpo.py'), *args, f'--out_path={out_path}',
                         '--resume=True', *extra], check=True)
     return load_checkpoint(out_path)['metrics']

@@ -224,6 +224,21 @@ def test_the_matched_temperature_control_finds_a_temperature_it_is_given(tmp_pat
     assert bench_share.matched_temperature_ppl(hot, 7, 32, [0.8, 0.9])[1]  # beyond the sweep: flagged
 
 
+def test_bench_share_resumes_a_run_its_evaluations_saved_and_reuses_a_finished_one(tmp_path, char_ckpt, char_data,
+                                                                                  monkeypatch):
+    """train_grpo.py writes its checkpoint at every evaluation: bench_share reruns (resumes) a run whose checkpoint
+    has no final perplexity yet, and reads a finished one without running it."""
+    bench_share = bench_share_module()
+    calls = []
+    monkeypatch.setattr(bench_share.subprocess, 'run', lambda cmd, check: calls.append(cmd))
+    path = arm_checkpoint(tmp_path / 'arm.pt', char_ckpt, char_data)
+    bench_share.run(['--seed=1'], path)
+    assert len(calls) == 1 and f'--out_path={path}' in calls[0] and '--resume=True' in calls[0]
+    ckpt = load_checkpoint(path)
+    torch.save(dict(ckpt, metrics=dict(ckpt['metrics'], final_val_ppl=5.0)), path)
+    assert bench_share.run(['--seed=1'], path)['final_val_ppl'] == 5.0 and len(calls) == 1
+
+
 def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt, char_data):
     """--control mle: the base trained further by next-token loss for the arm's FLOPs with its run's options
     (run_cycles.mle_args), read on the arm's val tokens; no run config beside the base is a one-line error."""
