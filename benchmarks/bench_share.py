@@ -25,14 +25,15 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from data_loader import resolve_data_dir  # noqa: E402
 from model import GPT, evaluate_perplexity, load_checkpoint  # noqa: E402
+from policy import prompts_and_splits  # noqa: E402
 from shared import mle_control  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, seed_effect, sweep_parts  # noqa: E402
@@ -54,12 +55,11 @@ def run(args, out_path, extra=()):
 
 
 def arm_setting(arm_path):
-    """What the arm played on: its train_grpo.py config, its base (the policy it started from) and that base's val
-    split."""
+    """What the arm played on: its train_grpo.py config, its base's checkpoint (the policy it started from) and the
+    val split it read (policy.prompts_and_splits, as train_grpo.py resolves it)."""
     cfg = load_checkpoint(arm_path)['config']
     base = load_checkpoint(cfg['policy_path'])
-    data_dir = resolve_data_dir(cfg['dataset'] or base.get('config', {}).get('dataset', ''))
-    return cfg, np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    return cfg, base, prompts_and_splits(SimpleNamespace(**cfg), base['model_args']['block_size'], base)[2]
 
 
 @torch.no_grad()
@@ -76,8 +76,8 @@ def matched_temperature_ppl(arm_path, seed, windows, sweep):
     each continuing the same PROMPT_LEN-token prompts of this seed's two-sample windows (eval_windows), interpolated
     linearly (verdict.sweep_parts); returns T*, whether the arm lay outside the sweep, and the base's val perplexity
     at T* on the tokens the arm's own was read on."""
-    cfg, val = arm_setting(arm_path)
-    arm, base = GPT.from_checkpoint(arm_path), GPT.from_checkpoint(cfg['policy_path'])
+    cfg, base_ckpt, val = arm_setting(arm_path)
+    arm, base = GPT.from_checkpoint(arm_path), GPT.from_checkpoint(base_ckpt)
     length = base.config.block_size
     prompts = eval_windows(val, windows, length, seed)[1][:, :PROMPT_LEN]
     arm_entropy = sampler_entropy(arm, prompts, length, cfg['temperature'], cfg['top_k'], seed)
@@ -92,7 +92,7 @@ def matched_temperature_ppl(arm_path, seed, windows, sweep):
 def mle_ppl(arm_path, arm, seed, out_path):
     """The MLE control given the arm's FLOPs (shared.mle_control, the base run's config.json beside its base), read
     at the arm's sampling temperature on the tokens the arm's perplexity was read on."""
-    cfg, val = arm_setting(arm_path)
+    cfg, _, val = arm_setting(arm_path)
     run_config = os.path.join(os.path.dirname(os.path.abspath(cfg['policy_path'])), 'config.json')
     if not os.path.exists(run_config):
         raise SystemExit(f"--control mle trains the base further with its own run's options: {run_config} is missing "

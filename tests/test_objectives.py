@@ -203,7 +203,7 @@ def arm_checkpoint(path, policy_path, data_dir, temperature_of_arm=1.0, flops=0)
     model = {k: v / temperature_of_arm if k.startswith('transformer.ln_f.') else v for k, v in ckpt['model'].items()}
     torch.save(dict(ckpt, model=model, metrics=dict(flops=flops),
                     config=dict(policy_path=policy_path, dataset=data_dir, temperature=1.0, top_k=None,
-                                ppl_max_tokens=0)), path)
+                                ppl_max_tokens=0, min_prompt_len=1, max_prompt_len=0)), path)
     return str(path)
 
 
