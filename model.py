@@ -109,6 +109,23 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
+    def attend_candidates(self, x, true_x, positions):
+        """Candidate tokens x (B, S·V, C), V a position of each row's `positions` (B, S), each attending to its row's
+        true tokens before its position (true_x (B, T, C): this layer's input on the true rows) and to itself, as if
+        it stood there in place of the true token: GPT.candidate_states."""
+        (B, T, C), hs = true_x.size(), self.n_embd // self.n_head
+
+        def heads(z):
+            return z.view(B, -1, self.n_head, hs).transpose(1, 2)
+        _, k, v = (heads(z) for z in self.c_attn(true_x).split(self.n_embd, dim=2))
+        q_c, k_c, v_c = (heads(z) for z in self.c_attn(x).split(self.n_embd, dim=2))
+        own_position = positions.repeat_interleave(x.size(1) // positions.size(1), dim=1)
+        later = torch.arange(T, device=x.device) >= own_position[:, None, :, None]  # (B, 1, S·V, T): no prefix key
+        att = (q_c @ k.transpose(-2, -1)).masked_fill_(later, float('-inf'))
+        att = torch.cat([att, (q_c * k_c).sum(-1, keepdim=True)], -1).mul_(1.0 / math.sqrt(hs)).softmax(dim=-1)
+        y = att[..., :T] @ v + att[..., T:] * v_c
+        return self.c_proj(y.transpose(1, 2).reshape(B, -1, C))
+
 
 class MLP(nn.Module):
 
@@ -134,6 +151,11 @@ class Block(nn.Module):
 
     def forward(self, x, cache=None, pos=0):
         x = x + self.attn(self.ln_1(x), cache, pos)
+        return x + self.mlp(self.ln_2(x))
+
+    def candidates(self, x, true_x, positions):
+        """This block on candidate tokens standing in for the true ones (GPT.candidate_states)."""
+        x = x + self.attn.attend_candidates(self.ln_1(x), self.ln_1(true_x), positions)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -221,6 +243,24 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x, cache, pos)
         return self.transformer.ln_f(x)
+
+    def candidate_states(self, idx, positions):
+        """
+        The trunk's final states (B, S, V, n_embd) of each row with its token at position t, for each t of
+        `positions` (S,) or of its row's (B, S), set to every token v of the vocabulary in turn: what hidden_states of
+        the edited row cut after t ends with. One pass over the true rows up to the last position, one over the S·V
+        candidates, each attending to its row's true prefix and to itself. Eval mode (no dropout).
+        """
+        B, V, C = idx.size(0), self.config.vocab_size, self.config.n_embd
+        positions = positions.expand(B, -1)
+        idx = idx[:, :int(positions.max())]  # the true tokens any candidate attends to
+        wte, wpe = self.transformer.wte, self.transformer.wpe
+        x = wte(idx) + wpe(torch.arange(idx.size(1), device=idx.device))
+        c = (wte.weight + wpe(positions)[..., None, :]).reshape(B, -1, C)
+        for block in self.transformer.h:
+            c = block.candidates(c, x, positions)
+            x = block(x)
+        return self.transformer.ln_f(c).view(B, positions.size(1), V, C)
 
     def reward_features(self, idx):
         """The input of the reward head: (B, n_embd) the last token's state, or the mean over positions, which

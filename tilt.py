@@ -127,34 +127,20 @@ def tilt_cross_entropy(model, source, natural, prompt_len, Ks, scale, temperatur
 
 
 @torch.no_grad()
-def judge_token_scores(judge, x, start, windows_a_batch=8):
+def judge_token_scores(judge, x, positions, windows_a_batch=8):
     """
     A token judge's log-odds f(x<t v) (its head's two logits' difference at position t when token t is v) for every
-    token v of the vocabulary and every position t from `start` on: (n, L - start, V), float64. The judge runs once a
-    position for every candidate token, through a key/value cache of the true prefix, `windows_a_batch` rows at a
-    time: the per-prefix knowledge FUDGE's reweighting (Yang & Klein 2021) turns into a next-token law.
+    token v of the vocabulary and every position t of `positions` ((S,), or (n, S) a row's own): (n, S, V), float64.
+    Every candidate token attends to its row's true prefix (GPT.candidate_states), `windows_a_batch` rows at a time:
+    the per-prefix knowledge FUDGE's reweighting (Yang & Klein 2021) turns into a next-token law.
     """
-    from model import KVCache
     if judge.config.reward_pooling != 'token':
         raise ValueError("a judge's next-token law needs a judge that reads every prefix (reward_pooling 'token')")
-    V, (n, L) = judge.config.vocab_size, x.shape
-    every = torch.arange(V, device=x.device)
     out = []
-    for i in range(0, n, windows_a_batch):
-        rows_x = x[i:i + windows_a_batch]
-        B = len(rows_x)
-        cache = KVCache(judge.config.n_layer, L, chunk=L)
-        judge.hidden_states(rows_x[:, :start].repeat_interleave(V, 0), cache, 0)  # the true prefix, in every row
-        scores = []
-        for t in range(start, L):  # token t takes every value v: f(x<t v), then the cache keeps the true x_t
-            h = judge.hidden_states(every.repeat(B)[:, None], cache, t)
-            logits = judge.reward_head[:-1](h[:, 0]).double()
-            scores.append((logits[:, 0] - logits[:, 1]).view(B, V))
-            rows = torch.arange(B, device=x.device) * V + rows_x[:, t]
-            for buffers in (cache.k, cache.v):
-                for buf in buffers:
-                    buf[:, :, t] = buf[rows, :, t].repeat_interleave(V, 0)
-        out.append(torch.stack(scores, 1))
+    for i in range(0, len(x), windows_a_batch):
+        rows = positions if positions.dim() == 1 else positions[i:i + windows_a_batch]
+        logits = judge.reward_head[:-1](judge.candidate_states(x[i:i + windows_a_batch], rows)).double()
+        out.append(logits[..., 0] - logits[..., 1])
     return torch.cat(out)
 
 
@@ -172,7 +158,8 @@ def judge_law_cross_entropy(model, judge, natural, prompt_len, scale=1.0, temper
     for i in range(0, len(natural), windows_a_batch):
         x = natural[i:i + windows_a_batch]
         log_pi = torch.log_softmax(model(x[:, :-1], all_logits=True)[0].double() / temperature, -1)[:, prompt_len - 1:]
-        log_law = torch.log_softmax(log_pi + scale * judge_token_scores(judge, x, prompt_len, windows_a_batch), -1)
+        f = judge_token_scores(judge, x, torch.arange(prompt_len, x.size(1), device=x.device), windows_a_batch)
+        log_law = torch.log_softmax(log_pi + scale * f, -1)
         targets = x[:, prompt_len:, None]
         law.append(-log_law.gather(-1, targets).squeeze(-1).mean(1))
         own.append(-log_pi.gather(-1, targets).squeeze(-1).mean(1))

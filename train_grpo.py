@@ -114,6 +114,9 @@ reward_scale = 1.0
 # per-prefix log-ratio, whose law at scale 1 is the teacher's own). It holds the law (B, N, V) for a step and runs a
 # token judge V times a position: char-sized vocabularies
 objective = 'grpo'
+# judge_teacher: the law at this many completion positions of each rollout, drawn afresh each step (0: at every one);
+# the exact KL's mean over them is an unbiased estimate of its mean over the completion, at S/N of the law's cost
+law_positions = 0
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
 # rollouts
@@ -406,6 +409,9 @@ def check_config(C):
     if C.objective == 'judge_teacher' and (C.reward not in ('judge', 'teacher_ratio') or C.judge != 'model'):
         raise UserError("--objective=judge_teacher reads a per-prefix log-odds: a token reward model's "
                         "(--reward=judge) or a teacher's (--reward=teacher_ratio)")
+    if C.law_positions < 0 or (C.law_positions and C.objective != 'judge_teacher'):
+        raise UserError("--law_positions picks the positions judge_teacher's law is read at: pass it (>= 0) with "
+                        "--objective=judge_teacher")
     if C.token_advantages and C.reward == 'known_words':
         raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
@@ -463,6 +469,7 @@ def setup(C, rt):
                         f"pools by '{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
     run.resample_rng = np.random.default_rng([C.seed, rt.rank, 13])  # resample_mle's choices
     run.shuffle_rng = np.random.default_rng([C.seed, rt.rank, 17])  # reward_shuffle's permutations
+    run.law_rng = np.random.default_rng([C.seed, rt.rank, 19])  # law_positions' draws
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.ngram = NgramJudge() if C.judge == 'ngram' else None
     run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
@@ -484,6 +491,9 @@ def setup(C, rt):
         run.judge_fn = (lambda x: reward_model(x, per_token=True)[0]) if run.judge_trunk else reward_model.reward_head
         run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
+    if C.law_positions > run.N - run.hi:
+        raise UserError(f"--law_positions={C.law_positions} is more than the shortest completion's "
+                        f"{run.N - run.hi} positions: pass at most that")
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
     run.known_words = words_known_in(run.train, run.tokenizer) if C.reward == 'known_words' else None
     # the natural side of the judge's sight: as many val windows as a step has rollouts, drawn once by their own
@@ -533,9 +543,12 @@ def step_flops(run):
                         + policy.flops_per_token() * ((C.reward == 'teacher') + C.kl_in_reward
                                                      + (C.objective in ('dpg', 'resample_mle')))
                         + C.num_iterations * policy.flops_per_token(backward=True))
-    if C.objective == 'judge_teacher':  # the law's base pass, and a token judge's every candidate token
-        flops += rows * N * (policy.flops_per_token()
-                             + (policy.config.vocab_size * judge_flops_per_token(run) if C.reward == 'judge' else 0))
+    if C.objective == 'judge_teacher':  # the law's base pass, and a token judge's every candidate token (where the
+        # law is read at law_positions: those, and the true rows' pass they attend to)
+        V = policy.config.vocab_size
+        candidates = C.law_positions * V + N if C.law_positions else N * V
+        flops += rows * (N * policy.flops_per_token()
+                         + (candidates * judge_flops_per_token(run) if C.reward == 'judge' else 0))
     if C.nll_weight:  # the natural continuations' forward and backward
         flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
     if run.judge_loss_kind == 'pairwise' and C.reward == 'judge':  # the natural windows' scoring
@@ -614,7 +627,7 @@ def score(run, batch, reference=True):
     reference=False), the log-weights of the tilt's objectives and the next-token law the exact term distils."""
     C, rt = run.C, run.rt
     s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
-    s.target_logp = None
+    s.target_logp, s.law_mask = None, batch.mask
     if C.teacher_kl_weight:  # the teacher's every next-token log-prob, for the exact term (and its reward)
         with torch.no_grad(), rt.ctx:
             s.target_logp = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
@@ -639,7 +652,7 @@ def score(run, batch, reference=True):
             logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
         s.rewards = kl_regularised(s.rewards, logps, s.ref_logps, batch.mask)  # dpg: log pi_ref·e^r / pi
     if reference and C.objective == 'judge_teacher' and not C.judge_off:
-        s.target_logp = judge_teacher_law(run, batch)
+        s.target_logp, s.law_mask = judge_teacher_law(run, batch)
     return s
 
 
@@ -672,17 +685,26 @@ def judge_teacher_law(run, batch):
     """objective='judge_teacher': the tilt's next-token law at every target (B, N-1, V), p(v | x<t) ∝
     pi_base(v | x<t)·e^{a·f(x<t v)}: f a token judge's log-odds with token t set to v (tilt.judge_token_scores), or
     teacher_ratio's log p_T(v | x<t) - log pi_ref(v | x<t). pi_base: the reference, the law f is a log-ratio to; the
-    policy as it stands while an online judge keeps up with it."""
+    policy as it stands while an online judge keeps up with it. Also the targets the law is read at (B, N-1): every
+    completion target, or law_positions of them a row, drawn afresh (elsewhere the law is pi_base's own)."""
     C, rt = run.C, run.rt
     base = run.policy if C.judge_update_interval else run.reference
+    mask = batch.mask
+    if C.law_positions:
+        keys = torch.from_numpy(run.law_rng.random(tuple(mask.shape))).to(mask.device).masked_fill_(mask == 0, 2.0)
+        targets = keys.argsort(1)[:, :C.law_positions]  # a uniform draw among each row's completion targets
+        mask = torch.zeros_like(mask).scatter_(1, targets, 1)
+    else:
+        targets = torch.arange(mask.size(1), device=mask.device).expand(len(mask), -1)
     with rt.ctx:
         log_base = torch.log_softmax(base(batch.seqs[:, :-1], all_logits=True)[0].float() / C.temperature, -1)
         if C.reward == 'teacher_ratio':
             log_teacher = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), -1)
-            f = log_teacher - log_base
+            f = (log_teacher - log_base).gather(1, targets[..., None].expand(-1, -1, log_base.size(-1)))
         else:
-            f = judge_token_scores(run.reward_model, batch.seqs, 1).float()
-    return torch.log_softmax(log_base + C.reward_scale * f, -1)
+            f = judge_token_scores(run.reward_model, batch.seqs, targets + 1).float()  # target j is token j + 1
+    tilted = log_base.scatter_add(1, targets[..., None].expand_as(f), C.reward_scale * f)
+    return torch.log_softmax(tilted, -1), mask.to(batch.mask.dtype)
 
 
 def model_scores(run, batch):
@@ -809,7 +831,7 @@ def policy_update(run, batch, s):
                                        token_count=dapo_tokens if rt.ddp else None)
         if exact_kl:  # MiniLLM's single-step term (judge_teacher: the tilt's law, weight 1), averaged over
             # completion tokens as the 'grpo' loss averages
-            u.teacher_kl = ((exact_kl[0] * batch.mask).sum(-1) / batch.mask.sum(-1).clamp_min(1)).mean()
+            u.teacher_kl = ((exact_kl[0] * s.law_mask).sum(-1) / s.law_mask.sum(-1).clamp_min(1)).mean()
             u.loss = u.loss + (C.teacher_kl_weight or 1.0) * u.teacher_kl
         u.stats = u.stats or pass_stats  # KL of the rollout policy: measured on the first pass
         u.stats['clip_ratio'] = pass_stats['clip_ratio']
@@ -964,7 +986,7 @@ def save_state(run, step):
         ngram_fitted_on=run.ngram.fitted_on if run.ngram else None,
         replay=[tuple(r) for r in run.replay], rng=rng_states(run.rng, run.gen, run.judge_gen),
         judge_rng=run.judge_rng.bit_generator.state, resample_rng=run.resample_rng.bit_generator.state,
-        shuffle_rng=run.shuffle_rng.bit_generator.state,
+        shuffle_rng=run.shuffle_rng.bit_generator.state, law_rng=run.law_rng.bit_generator.state,
         history=run.history,
         ppl_start=run.ppl_start, referee_start=run.referee_start, judge_flops=run.judge_flops,
         reward_ma=list(run.reward_ma),
@@ -993,6 +1015,7 @@ def restore_state(run, state):
     run.judge_rng.bit_generator.state = state['judge_rng']
     run.resample_rng.bit_generator.state = state['resample_rng']
     run.shuffle_rng.bit_generator.state = state['shuffle_rng']
+    run.law_rng.bit_generator.state = state['law_rng']
     run.reward_ma.extend(state['reward_ma'])
     run.stopper.load_state_dict(state['stopper'])
     run.last_ok_state, run.last_ok_step = state['last_ok_state'], state['last_ok_step']

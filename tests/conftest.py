@@ -256,3 +256,11 @@ def positive_control_run(d, name, policy, *extra):
     assert r.returncode == 0, r.stderr[-3000:]
     from model import load_checkpoint
     return load_checkpoint(str(d / name))['metrics']
+
+
+def same_weights(a, b):
+    """Whether two checkpoints hold the same weights, bit for bit."""
+    import torch
+    from model import load_checkpoint
+    sa, sb = load_checkpoint(str(a))['model'], load_checkpoint(str(b))['model']
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import positive_control_run, run_script, spawn_two_ranks
+from conftest import positive_control_run, run_script, same_weights, spawn_two_ranks
 from model import GPT, GPTConfig, load_checkpoint
 from policy import completion_mask, sample_prompts, token_logprobs
 from train_grpo import group_advantages, grpo_loss, token_advantages_of
@@ -521,11 +521,6 @@ def test_online_pairwise_judge_learns_to_rank_the_prompts_own_continuation_first
     assert load_checkpoint(str(d / 'pairwise_judge.pt'))['config']['loss'] == 'pairwise'
 
 
-def same_weights(a, b):
-    sa, sb = load_checkpoint(str(a))['model'], load_checkpoint(str(b))['model']
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
 def test_judge_off_zeroes_the_policy_gradient(tmp_path, known_answer_run, char_ckpt, char_data):
     """The judge-off ablation against the judge that GRPO learns from (known_answer_run raises its reward): every
     reward is 0.5 and every advantage 0, so with no NLL term the policy gradient and the KL's gradient at the
@@ -849,6 +844,7 @@ def test_the_known_word_reward_plays_through_grpo(judge_case, char_ckpt):
     (['--objective=dpg'], 'pass --beta=0'),
     (['--objective=judge_teacher', '--beta=0', '--reward=known_words'], 'per-prefix log-odds'),
     (['--objective=ppo'], 'objective must be'),
+    (['--law_positions=4'], 'with --objective=judge_teacher'),
     (['--reward=teacher_ratio'], 'needs --teacher_path'),
     (['--teacher_sampled=False'], 'leaves the exact term alone'),
     (['--reward_shuffle=True', '--judge_off=True'], 'permutes whole completions')])

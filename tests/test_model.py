@@ -90,6 +90,25 @@ def test_kv_cache_generate_equals_naive_greedy(new_tokens):
     assert torch.equal(m.generate(idx, new_tokens, top_k=1), naive_greedy(m, idx, new_tokens))
 
 
+@pytest.mark.parametrize('shared', [True, False])
+def test_candidate_states_are_the_edited_rows_own_states(shared):
+    """GPT.candidate_states: each candidate token at position t, attending to its row's true prefix, ends in the
+    state hidden_states gives the row with token t set to it, cut after t; at positions shared by the rows or each
+    row's own (t = 0 too: a candidate with no prefix)."""
+    m = tiny()
+    torch.nn.init.normal_(m.transformer.wpe.weight, std=0.5)  # positions that matter
+    idx = torch.randint(0, 50, (3, 16))
+    positions = torch.tensor([0, 7, 15]) if shared else torch.tensor([[3, 9], [15, 1], [0, 12]])
+    with torch.no_grad():
+        got = m.candidate_states(idx, positions)
+        rows = positions.expand(3, -1)
+        for b in range(3):
+            for i, t in enumerate(rows[b].tolist()):
+                edited = idx[b:b + 1, :t + 1].repeat(50, 1)
+                edited[:, t] = torch.arange(50)
+                torch.testing.assert_close(got[b, i], m.hidden_states(edited)[:, -1], atol=1e-5, rtol=1e-5)
+
+
 def test_generate_per_row_prompt_lengths():
     m = tiny()
     torch.nn.init.normal_(m.transformer.wte.weight, std=1.0)

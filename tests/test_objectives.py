@@ -6,15 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import positive_control_run, run_script
+from conftest import positive_control_run, run_script, same_weights
 from model import GPT, evaluate_perplexity, load_checkpoint
 from policy import token_logprobs
 from train_grpo import group_advantages, grpo_loss
-
-
-def same_weights(a, b):
-    sa, sb = load_checkpoint(str(a))['model'], load_checkpoint(str(b))['model']
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def test_the_kl_inside_the_reward_gives_the_gradient_of_the_regularised_objective(char_ckpt):
@@ -127,8 +122,10 @@ def test_the_tilts_objectives_carry_a_tiny_teachers_sequence_ratio(judge_case, c
 
 def test_the_judge_teachers_law_is_the_teachers_at_scale_one_and_a_token_judges_by_its_scores(char_ckpt):
     """judge_teacher's law: from teacher_ratio at scale 1, the teacher's next-token law exactly; from a token judge,
-    pi_ref's law reweighted by e^{a·f(x<t v)} (tilt.judge_token_scores) and normalised over the vocabulary."""
+    pi_ref's law reweighted by e^{a·f(x<t v)} (tilt.judge_token_scores) and normalised over the vocabulary. With
+    law_positions, the same law at that many completion targets a row, drawn among them (elsewhere pi_ref's own)."""
     from types import SimpleNamespace
+    import numpy as np
     from tilt import judge_token_scores
     from train_grpo import judge_teacher_law
     from runtime import setup_runtime
@@ -142,40 +139,55 @@ def test_the_judge_teachers_law_is_the_teachers_at_scale_one_and_a_token_judges_
     with torch.no_grad():  # its head starts at zero, silent: give it a view
         for p in judge.reward_head.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    seqs = torch.randint(reference.config.vocab_size, (2, 12))
-    C = SimpleNamespace(judge_update_interval=0, temperature=1.0, reward='teacher_ratio', reward_scale=1.0)
+    seqs = torch.randint(reference.config.vocab_size, (3, 12))
+    mask = (torch.arange(11) >= torch.tensor([[2], [5], [7]])).float()  # prompts of 3, 6 and 8 tokens
+    batch = SimpleNamespace(seqs=seqs, mask=mask)
+    C = SimpleNamespace(judge_update_interval=0, temperature=1.0, reward='teacher_ratio', reward_scale=1.0,
+                        law_positions=0)
     run = SimpleNamespace(C=C, rt=setup_runtime('cpu', 'auto', 'float32', 0), reference=reference, teacher=teacher,
-                          policy=None, reward_model=judge)
-    law = judge_teacher_law(run, SimpleNamespace(seqs=seqs))
+                          policy=None, reward_model=judge, law_rng=np.random.default_rng(0))
+    law, read_at = judge_teacher_law(run, batch)
     with torch.no_grad():
         torch.testing.assert_close(law, torch.log_softmax(teacher(seqs[:, :-1], all_logits=True)[0], -1),
                                    atol=1e-5, rtol=0)
+        assert torch.equal(read_at, mask)
         C.reward, C.reward_scale = 'judge', 0.5
-        expected = torch.log_softmax(torch.log_softmax(reference(seqs[:, :-1], all_logits=True)[0], -1)
-                                     + 0.5 * judge_token_scores(judge, seqs, 1).float(), -1)
-        torch.testing.assert_close(judge_teacher_law(run, SimpleNamespace(seqs=seqs)), expected, atol=1e-5, rtol=0)
+        log_ref = torch.log_softmax(reference(seqs[:, :-1], all_logits=True)[0], -1)
+        f = judge_token_scores(judge, seqs, torch.arange(1, 12)).float()
+        expected = torch.log_softmax(log_ref + 0.5 * f, -1)
+        torch.testing.assert_close(judge_teacher_law(run, batch)[0], expected, atol=1e-5, rtol=0)
+        C.law_positions = 4
+        drawn, read_at = judge_teacher_law(run, batch)
+        assert read_at.sum(1).tolist() == [4, 4, 4] and not (read_at * (1 - mask)).any()
+        torch.testing.assert_close(drawn[read_at.bool()], expected[read_at.bool()], atol=1e-5, rtol=0)
+        torch.testing.assert_close(drawn[~read_at.bool()], log_ref[~read_at.bool()], atol=1e-5, rtol=0)
+        assert not torch.equal(judge_teacher_law(run, batch)[1], read_at)  # drawn afresh
 
 
 def test_a_token_judge_co_trained_online_teaches_through_its_next_token_law(tmp_path, char_ckpt, char_data,
                                                                              char_reward):
     """--objective=judge_teacher with a token judge that keeps up (binary: natural windows against the policy's own
-    rollouts, every step): the law's KL is logged each step, the judge moves and is saved, and the law's cost (V
-    candidate tokens a position through the judge) is in the run's FLOPs."""
+    rollouts, every step), its law read at 3 drawn positions a rollout (--law_positions): the law's KL is logged each
+    step, the judge moves and is saved, and the law's cost (V candidate tokens a position read, through the judge)
+    is in the run's FLOPs. More positions than the shortest completion has is a one-line error."""
     r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
                    f'--out_path={tmp_path / "tj.pt"}', '--device=cpu', '--max_iters=5', '--reward_pooling=token')
     assert r.returncode == 0, r.stderr[-2000:]
-    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "tj.pt"}',
-                   f'--dataset={char_data}', '--device=cpu', '--max_steps=3', '--eval_interval=100', '--beta=0',
-                   '--objective=judge_teacher', '--reward_scale=0.5', '--judge_update_interval=1',
-                   '--judge_loss=binary', '--judge_natural_windows=8', '--prompts_per_step=2', '--num_generations=2',
-                   f'--out_path={tmp_path / "p.pt"}')
+    game = [f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "tj.pt"}', f'--dataset={char_data}',
+            '--device=cpu', '--max_steps=3', '--eval_interval=100', '--beta=0', '--objective=judge_teacher',
+            '--reward_scale=0.5', '--judge_update_interval=1', '--judge_loss=binary', '--judge_natural_windows=8',
+            '--prompts_per_step=2', '--num_generations=2', f'--out_path={tmp_path / "p.pt"}']
+    r = run_script('train_grpo.py', *game, '--law_positions=3')
     assert r.returncode == 0, r.stderr[-3000:]
     m = load_checkpoint(str(tmp_path / 'p.pt'))['metrics']
-    assert all(h['teacher_kl'] > 0 and h['judge_loss'] is not None for h in m['history'])
+    kls = [h['teacher_kl'] for h in m['history']]  # the first step's judge barely reads (5 iterations): a KL of ~0
+    assert all(h['judge_loss'] is not None for h in m['history']) and min(kls) > -1e-6 and kls[-1] > 1e-4, kls
     assert not same_weights(tmp_path / 'p_judge.pt', tmp_path / 'tj.pt')
     start, policy = GPT.from_checkpoint(str(tmp_path / 'tj.pt')), GPT.from_checkpoint(str(char_ckpt))
     V, N = policy.config.vocab_size, policy.config.block_size
-    assert m['flops'] > 3 * 4 * N * V * start.flops_per_token()
+    assert m['flops'] > 3 * 4 * 3 * V * start.flops_per_token()
+    r = run_script('train_grpo.py', *game, f'--law_positions={N}')
+    assert r.returncode != 0 and 'more than the shortest completion' in r.stderr and 'Traceback' not in r.stderr
 
 
 def test_the_share_a_game_carries_is_read_in_the_judges_nats():
