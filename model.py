@@ -85,12 +85,15 @@ class CausalSelfAttention(nn.Module):
         self.n_embd = config.n_embd
         self.layer_idx = layer_idx
 
+    def heads(self, x):
+        """q, k, v of x (B, T, C), each (B, nh, T, hs)."""
+        B, T, C = x.size()
+        return (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                for z in self.c_attn(x).split(self.n_embd, dim=2))
+
     def forward(self, x, cache=None, pos=0):
         B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q, k, v = self.heads(x)
         if cache is not None:
             assert T == 1 or pos == 0, "a multi-token step must be a prefill from position 0"
             keys, values = cache.update(self.layer_idx, k, v, pos)
@@ -109,16 +112,13 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
-    def attend_candidates(self, x, true_x, positions):
+    def attend_candidates(self, x, cache, positions):
         """Candidate tokens x (B, S·V, C), V a position of each row's `positions` (B, S), each attending to its row's
-        true tokens before its position (true_x (B, T, C): this layer's input on the true rows) and to itself, as if
-        it stood there in place of the true token: GPT.candidate_states."""
-        (B, T, C), hs = true_x.size(), self.n_embd // self.n_head
-
-        def heads(z):
-            return z.view(B, -1, self.n_head, hs).transpose(1, 2)
-        _, k, v = (heads(z) for z in self.c_attn(true_x).split(self.n_embd, dim=2))
-        q_c, k_c, v_c = (heads(z) for z in self.c_attn(x).split(self.n_embd, dim=2))
+        true tokens before its position (their keys and values at this layer in `cache`, a KVCache filled by the
+        true rows' prefill) and to itself, as if it stood there in place of the true token: GPT.candidate_states."""
+        k, v = cache.k[self.layer_idx], cache.v[self.layer_idx]
+        (B, _, T, hs), C = k.size(), x.size(2)
+        q_c, k_c, v_c = self.heads(x)
         own_position = positions.repeat_interleave(x.size(1) // positions.size(1), dim=1)
         later = torch.arange(T, device=x.device) >= own_position[:, None, :, None]  # (B, 1, S·V, T): no prefix key
         att = (q_c @ k.transpose(-2, -1)).masked_fill_(later, float('-inf'))
@@ -153,9 +153,9 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), cache, pos)
         return x + self.mlp(self.ln_2(x))
 
-    def candidates(self, x, true_x, positions):
+    def candidates(self, x, cache, positions):
         """This block on candidate tokens standing in for the true ones (GPT.candidate_states)."""
-        x = x + self.attn.attend_candidates(self.ln_1(x), self.ln_1(true_x), positions)
+        x = x + self.attn.attend_candidates(self.ln_1(x), cache, positions)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -248,18 +248,19 @@ class GPT(nn.Module):
         """
         The trunk's final states (B, S, V, n_embd) of each row with its token at position t, for each t of
         `positions` (S,) or of its row's (B, S), set to every token v of the vocabulary in turn: what hidden_states of
-        the edited row cut after t ends with. One pass over the true rows up to the last position, one over the S·V
-        candidates, each attending to its row's true prefix and to itself. Eval mode (no dropout).
+        the edited row cut after t ends with. One pass over the true rows up to the last position (a prefill of their
+        keys and values), one over the S·V candidates, each attending to its row's true prefix and to itself. Eval
+        mode (no dropout).
         """
         B, V, C = idx.size(0), self.config.vocab_size, self.config.n_embd
         positions = positions.expand(B, -1)
         idx = idx[:, :int(positions.max())]  # the true tokens any candidate attends to
+        cache = KVCache(self.config.n_layer, idx.size(1), chunk=max(idx.size(1), 1))
+        self.hidden_states(idx, cache)
         wte, wpe = self.transformer.wte, self.transformer.wpe
-        x = wte(idx) + wpe(torch.arange(idx.size(1), device=idx.device))
         c = (wte.weight + wpe(positions)[..., None, :]).reshape(B, -1, C)
         for block in self.transformer.h:
-            c = block.candidates(c, x, positions)
-            x = block(x)
+            c = block.candidates(c, cache, positions)
         return self.transformer.ln_f(c).view(B, positions.size(1), V, C)
 
     def reward_features(self, idx):

@@ -125,7 +125,6 @@ def test_the_judge_teachers_law_is_the_teachers_at_scale_one_and_a_token_judges_
     pi_ref's law reweighted by e^{a·f(x<t v)} (tilt.judge_token_scores) and normalised over the vocabulary. With
     law_positions, the same law at that many completion targets a row, drawn among them (elsewhere pi_ref's own)."""
     from types import SimpleNamespace
-    import numpy as np
     from tilt import judge_token_scores
     from train_grpo import judge_teacher_law
     from runtime import setup_runtime
