@@ -4,7 +4,8 @@ rollouts (a namespace: token ids, masks, texts and the models a reward may read;
 returns per-completion scores (B,) and per-position scores (B, N) where it has them, else None.
 
   judge          the judge's P(natural) (the seed's design): a token judge's mean over the completion's positions
-  judge_log_odds the judge's log-odds of natural text, summed over a token judge's completion positions
+  judge_log_odds the judge's log-odds of natural text; a token judge's telescoped over the completion (its last
+                 position's minus the prompt's last: worth.telescoped_log_odds, the sequence log-ratio)
   teacher        MiniLLM's reward: log p_T - log pi per completion token to a better generator, their mean
   teacher_ratio  the positive control through a judge's own channel: one scalar per completion, a better generator's
                  exact sequence log-ratio log p_T(x) - log pi_ref(x) to the reference (the cycle's start), no
@@ -25,6 +26,7 @@ import torch
 from configurator import UserError
 from data_loader import whole_words
 from policy import token_logprobs
+from worth import telescoped_log_odds
 
 
 def judge(r):
@@ -36,10 +38,10 @@ def judge(r):
 
 def judge_log_odds(r):
     """log P(natural) - log P(synthetic) of each completion: a pooled judge's (B, 2) probs, or a token judge's
-    (B, N, 2) summed over the completion's positions."""
+    (B, N, 2) telescoped, the last position's minus the prompt's last (worth.telescoped_log_odds)."""
     p = r.probs.double().clamp_min(1e-7)
     f = p[..., 0].log() - p[..., 1].log()
-    return ((f * r.generated).sum(1) if f.dim() == 2 else f).float(), None
+    return (telescoped_log_odds(f, r.prompt_lengths) if f.dim() == 2 else f).float(), None
 
 
 @torch.no_grad()
@@ -59,8 +61,10 @@ def teacher(r):
 
 @torch.no_grad()
 def teacher_ratio(r):
-    """The teacher's exact sequence log-ratio to the reference over the completion, one scalar a completion."""
-    ratio = token_logprobs(r.teacher, r.seqs, 1.0)[0].float() - token_logprobs(r.reference, r.seqs, r.temperature)[0]
+    """The teacher's exact sequence log-ratio to the reference over the completion, one scalar a completion (the
+    reference's log-probs as the trainer took them for its KL, r.ref_logps, where it has them)."""
+    ref_logps = r.ref_logps if r.ref_logps is not None else token_logprobs(r.reference, r.seqs, r.temperature)[0]
+    ratio = token_logprobs(r.teacher, r.seqs, 1.0)[0].float() - ref_logps
     return (ratio * r.mask).sum(1), None
 
 

@@ -117,6 +117,9 @@ grpo_reward = 'judge'
 grpo_reward_form = 'p_natural'
 grpo_kl_in_reward = False
 grpo_reward_scale = 1.0
+# where that KL is anchored: 'reference' (base v{n}, held) or 'judge' (the policy the online judge was last fit
+# against: with a co-trained judge, the anchor under which the game's fixed point is the judge's tilt; grpo_cycle.md)
+grpo_kl_anchor = 'reference'
 grpo_objective = 'grpo'
 grpo_loss_type = 'grpo'
 grpo_teacher_path = ''
@@ -385,6 +388,7 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--reward_form={C.grpo_reward_form}'] if C.grpo_reward_form != 'p_natural' else []) \
         + (['--kl_in_reward=True'] if C.grpo_kl_in_reward else []) \
         + ([f'--reward_scale={C.grpo_reward_scale}'] if C.grpo_reward_scale != 1.0 else []) \
+        + ([f'--kl_anchor={C.grpo_kl_anchor}'] if C.grpo_kl_anchor != 'reference' else []) \
         + ([f'--objective={C.grpo_objective}'] if C.grpo_objective != 'grpo' else []) \
         + ([f'--loss_type={C.grpo_loss_type}'] if C.grpo_loss_type != 'grpo' else []) \
         + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])

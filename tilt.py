@@ -24,7 +24,7 @@ import torch
 from model import GPT, load_checkpoint
 from policy import token_logprobs
 from tokenization_manager import TokenizationInfo
-from worth import effective_sample_size, log_odds, tilt_choice
+from worth import effective_sample_size, log_odds, telescoped_log_odds, tilt_choice
 
 TILT_PPL_K = (8, 32, 128)  # the candidates a prompt at which the tilt's perplexity is shown
 ROWS = 1024  # sequences a batch, in sampling and scoring
@@ -39,11 +39,23 @@ def completion_logprob(model, windows, prompt_len, temperature=1.0):
 
 
 @torch.no_grad()
-def judge_log_odds(judge, windows):
-    """A reward model's log-odds of natural text (worth.log_odds) on each window, read on its last block_size tokens."""
+def judge_log_odds(judge, windows, prompt_len):
+    """A reward model's log-odds of natural text (worth.log_odds) on each window, read on its last block_size tokens;
+    a token judge's telescoped over the completion after prompt_len tokens, as the game's reward reads it
+    (worth.telescoped_log_odds)."""
     block = judge.config.block_size
-    return np.concatenate([log_odds(judge(windows[i:i + ROWS, -block:])[0].double().cpu().numpy())
-                           for i in range(0, len(windows), ROWS)])
+    cut = max(0, windows.shape[1] - block)
+    if judge.config.reward_pooling == 'token' and prompt_len - cut < 1:
+        raise ValueError(f"the judge reads the last {block} tokens: the prompt's last token is outside them")
+    out = []
+    for i in range(0, len(windows), ROWS):
+        probs = judge(windows[i:i + ROWS, -block:], per_token=True)[0].double().cpu().numpy()
+        if probs.ndim == 3:
+            f = log_odds(probs.reshape(-1, 2)).reshape(probs.shape[:2])
+            out.append(telescoped_log_odds(f, np.full(len(f), prompt_len - cut)))
+        else:
+            out.append(log_odds(probs))
+    return np.concatenate(out)
 
 
 class TiltSource:
@@ -63,7 +75,7 @@ class TiltSource:
         if self.kind == 'exact log-ratio':
             return completion_logprob(self.model, windows, prompt_len) \
                 - completion_logprob(self.generator, windows, prompt_len, self.temperature)
-        return judge_log_odds(self.model, windows)
+        return judge_log_odds(self.model, windows, prompt_len)
 
     def flops_per_window(self, length, prompt_len):
         """Model FLOPs of scoring one window (the generator's own pass too, for an exact log-ratio)."""

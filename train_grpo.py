@@ -101,6 +101,12 @@ reward_form = 'p_natural'
 # True: the reward minus the completion's exact log-ratio log pi(x)/pi_ref(x) under the rollout policy, so the
 # policy gradient is that of E[f] - KL(pi || pi_ref) at weight 1 (the KL inside the reward, no k3 term: beta=0)
 kl_in_reward = False
+# where the KL (kl_in_reward, beta or the tilt's weights) is anchored: 'reference', the starting policy pi_ref, held
+# (the seed's); or 'judge', the policy the online judge was last fit against, moved there at each of its refits. A
+# co-trained judge tracks f = log p_data/pi_theta, and against a held pi_ref the game's fixed point is then
+# pi_ref^{1/(1+a)}·p_data^{a/(1+a)}, not pi_ref·e^{a·f}; anchored where f is a log-ratio to, each refit's tilt is the
+# judge's own (pi_k^{1-a}·p_data^a a step at a <= 1), the object whose worth the judge is read against
+kl_anchor = 'reference'
 # the reward's scale a: the tilt pi_ref·e^{a·r} the KL-regularised and distribution-matching games reach (a < 1, a
 # tempered tilt, moves less far and with less variance)
 reward_scale = 1.0
@@ -171,9 +177,9 @@ judge_natural_windows = 0
 # NLL term move the policy (the same trainer, settings and compute with the judge's signal removed)
 judge_off = False
 arm_log = ''  # judge-off only: the arm's _log.jsonl; the control runs as many steps as the arm did
-# the shuffled-judge control: each step's rewards permuted across its rollouts (the judge's own values and spread, no
-# tie to the text they score). Where judge-off moves nothing (the KL inside the reward: every advantage 0), this
-# shows what a reward of the judge's scale does by chance, so a gain over it is the judge's knowledge
+# the shuffled-judge control: each group's rewards permuted among its own rollouts (the judge's own values and
+# within-group spread, no tie to the text they score). Where judge-off moves nothing (the KL inside the reward: every
+# advantage 0), this shows what a reward of the judge's scale does by chance, so a gain over it is the judge's knowledge
 reward_shuffle = False
 # real text in the loss (TextGAIL keeps human text in its RL buffer; SPIN's fix for falling likelihoods): this weight
 # times the next-token loss of the corpus' own continuation of each step's prompts (0: the seed's pure GRPO)
@@ -406,6 +412,15 @@ def check_config(C):
     if C.objective != 'grpo' and (C.beta or C.kl_in_reward or C.token_advantages or C.teacher_kl_weight):
         raise UserError(f"--objective={C.objective} matches the tilt pi_ref·e^r, its KL to the reference already "
                         f"inside: pass --beta=0, and no kl_in_reward, token_advantages or teacher_kl_weight")
+    if C.kl_anchor not in ('reference', 'judge') or (C.kl_anchor == 'judge' and not (
+            C.judge_update_interval and (C.kl_in_reward or C.beta or C.objective in ('dpg', 'resample_mle')))):
+        raise UserError("kl_anchor must be 'reference' or 'judge'; 'judge' moves the KL's anchor to an online judge's "
+                        "refits: pass --judge_update_interval=1 (or k) and a KL (kl_in_reward, beta, dpg or "
+                        "resample_mle) with it")
+    if C.top_k and (C.kl_in_reward or C.objective != 'grpo'):
+        raise UserError("--top_k samples from a truncated law while the tilt's games read log pi untruncated (the KL "
+                        "and the weights would be biased): drop --top_k with kl_in_reward or --objective="
+                        f"{C.objective}")
     if C.objective == 'judge_teacher' and (C.reward not in ('judge', 'teacher_ratio') or C.judge != 'model'):
         raise UserError("--objective=judge_teacher reads a per-prefix log-odds: a token reward model's "
                         "(--reward=judge) or a teacher's (--reward=teacher_ratio)")
@@ -631,22 +646,22 @@ def score(run, batch, reference=True):
     if C.teacher_kl_weight:  # the teacher's every next-token log-prob, for the exact term (and its reward)
         with torch.no_grad(), rt.ctx:
             s.target_logp = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
+    s.ref_logps = None
+    if reference and run.reference is not None:  # before the reward: teacher_ratio reads them too
+        with torch.no_grad(), rt.ctx:
+            s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
     rewards, per_position = run.reward_fn(reward_inputs(run, batch, s))
     s.rewards = C.reward_scale * rewards  # the positive controls replace the judge's signal; its figures stay
     if per_position is not None:
         s.judged = C.reward_scale * per_position
-    if C.reward_shuffle:  # the control: the same values, each on another rollout's text
-        s.rewards = s.rewards[torch.from_numpy(run.shuffle_rng.permutation(len(s.rewards))).to(s.rewards.device)]
+    if C.reward_shuffle:  # the control: the same values, each on another rollout's text of its own group
+        s.rewards = shuffled_within_groups(s.rewards, C.num_generations, run.shuffle_rng)
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
         s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
         s.target_logp = None
     s.natural_share = batch.lengths_t.float() / run.N
     s.fresh = reward_metrics(s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N,
                              float(s.natural_share.mean()))
-    s.ref_logps = None
-    if reference and run.reference is not None:
-        with torch.no_grad(), rt.ctx:
-            s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
     if reference and (C.kl_in_reward or C.objective in ('dpg', 'resample_mle')):
         with torch.no_grad(), rt.ctx:
             logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
@@ -654,6 +669,14 @@ def score(run, batch, reference=True):
     if reference and C.objective == 'judge_teacher' and not C.judge_off:
         s.target_logp, s.law_mask = judge_teacher_law(run, batch)
     return s
+
+
+def shuffled_within_groups(rewards, group_size, rng):
+    """The shuffled-judge control's rewards: each group's permuted among its own rollouts. The centred advantages
+    read only within-group differences, so this keeps the arm's within-group spread exactly; a permutation across
+    groups would bring the spread between prompts in, a noisier reward than the judge's."""
+    order = np.concatenate([g * group_size + rng.permutation(group_size) for g in range(len(rewards) // group_size)])
+    return rewards[torch.from_numpy(order).to(rewards.device)]
 
 
 class RewardInputs(SimpleNamespace):
@@ -677,7 +700,8 @@ def reward_inputs(run, batch, s):
         seqs=batch.seqs, mask=batch.mask, generated=batch.generated, prompt_lengths=batch.lengths_t.tolist(),
         tokenizer=run.tokenizer, decoded=s.texts[1] if getattr(s, 'texts', None) else None, policy=run.policy,
         reference=run.reference, teacher=run.teacher, temperature=run.C.temperature, known_words=run.known_words,
-        teacher_logp=s.target_logp, judged=s.judged, p_natural=s.p_natural, probs=getattr(s, 'probs', None))
+        teacher_logp=s.target_logp, judged=s.judged, p_natural=s.p_natural, probs=getattr(s, 'probs', None),
+        ref_logps=s.ref_logps)
 
 
 @torch.no_grad()
@@ -877,11 +901,19 @@ def update_judge(run, batch, s, step, last_warmup=False):
     run.replay.append(tuple(entry))
     if (step + 1) % C.judge_update_interval and not last_warmup:
         return None
-    rows = C.judge_batch_size * C.judge_steps * run.rt.world_size * (2 if run.judge_loss_kind == 'pairwise' else 1)
-    run.judge_flops += rows * (run.N * run.reward_model.flops_per_token(backward=True) if run.judge_trunk
-                               else 6 * run.head_params)
+    run.judge_flops += judge_update_flops(run)
     return judge_update(run.judge_fn, run.judge_params, run.judge_opt, run.replay, C.judge_steps,
                         C.judge_batch_size, run.judge_loss_kind, run.judge_gen, run.rt)
+
+
+def judge_update_flops(run):
+    """One update of the online judge: judge_steps minibatches forward and backward, through its trunk (a judge whose
+    trunk trains), else through its head alone, at each of a token judge's N positions or once a row."""
+    C = run.C
+    rows = C.judge_batch_size * C.judge_steps * run.rt.world_size * (2 if run.judge_loss_kind == 'pairwise' else 1)
+    if run.judge_trunk:
+        return rows * run.N * run.reward_model.flops_per_token(backward=True)
+    return rows * (run.N if run.reward_model.config.reward_pooling == 'token' else 1) * 6 * run.head_params
 
 
 def update_ngram_judge(run, s, step, last_warmup=False):
@@ -1121,9 +1153,12 @@ def main(argv):
                                                                      run.resample_rng)
         t2 = time.time()
         # the policy that made these rollouts, kept while its KL is under the cap
-        pre_update = {k: v.detach().clone() for k, v in run.policy.state_dict().items()} if C.max_kl else None
+        pre_update = ({k: v.detach().clone() for k, v in run.policy.state_dict().items()}
+                      if C.max_kl or C.kl_anchor == 'judge' else None)
         u = policy_update(run, batch, s)
         u.judge_loss = update_judge(run, batch, s, step)
+        if C.kl_anchor == 'judge' and u.judge_loss is not None and run.reference is not None:
+            run.reference.load_state_dict(pre_update)  # the KL anchored where the judge was just fit
         row = log_row(run, step, lr, batch, s, u, (t0, t1, t2, time.time()))
         stop = False
         if rt.master:

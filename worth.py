@@ -75,6 +75,20 @@ def log_odds(probs, eps=1e-7):
     return np.log(p[:, 0]) - np.log(p[:, 1])
 
 
+def telescoped_log_odds(f, prompt_lengths):
+    """A token judge's sequence log-odds: its per-position log-odds f (B, T) at the last position minus at the
+    prompt's last (f_{T-1} - f_{P-1}), numpy or torch. A per-prefix judge at its optimum has f_t = log p_data(x<=t) -
+    log pi(x<=t), so this is the completion's exact log-ratio log p_data(x_P..) / pi(x_P.. | x<P); summing f_t over
+    the completion instead weighs the ratio of an early token by every later position (up to T - P times)."""
+    if hasattr(f, 'device'):  # torch
+        import torch
+        rows = torch.arange(len(f), device=f.device)
+        prompt_lengths = torch.as_tensor(prompt_lengths, device=f.device)
+    else:
+        rows, prompt_lengths = np.arange(len(f)), np.asarray(prompt_lengths)
+    return f[:, -1] - f[rows, prompt_lengths - 1]
+
+
 def tilt_choice(f, scale=1.0, best=False, generator=None):
     """
     The tilt pi·e^{scale·f} sampled without RL: for each row of f (n, K), the log-odds of K candidates drawn from pi

@@ -151,8 +151,8 @@ def main():
         if judge.config.reward_pooling == 'token':
             ce, own = judge_law_cross_entropy(base, judge, law_natural, PROMPT_LEN)
             law = f"{np.exp(ce.mean()):.3f} (base {np.exp(own.mean()):.3f})"
-        lines.append(row(name, judge_log_odds(judge, natural), judge_log_odds(judge, samples), spent[name], A.seed,
-                         len_completion, law)[0])
+        f_natural, f_samples = (judge_log_odds(judge, w, PROMPT_LEN) for w in (natural, samples))
+        lines.append(row(name, f_natural, f_samples, spent[name], A.seed, len_completion, law)[0])
     ngram = ngram_judge(os.path.join(work, 'data_window'), tok)
     p_nat, p_smp = (np.clip(ngram.p_natural(completion_texts(tok, w)), 1e-7, 1 - 1e-7) for w in (natural, samples))
     lines.append(row('n-gram', np.log(p_nat / (1 - p_nat)), np.log(p_smp / (1 - p_smp)), data_flops['window'],

@@ -62,8 +62,8 @@ def main():
         print(row(f"exact log-ratio of {os.path.basename(path)}", f_natural, f_samples, a.seed, f_natural.mean()))
     for path in filter(None, a.judges.split(',')):
         judge = GPT.from_checkpoint(path)
-        print(row(f"judge {os.path.relpath(path)}", judge_log_odds(judge, natural), judge_log_odds(judge, samples),
-                  a.seed))
+        f_natural, f_samples = (judge_log_odds(judge, w, PROMPT_LEN) for w in (natural, samples))
+        print(row(f"judge {os.path.relpath(path)}", f_natural, f_samples, a.seed))
     print(f"\n{a.num_samples} windows of {natural.shape[1]} tokens a side, {natural.shape[1] - PROMPT_LEN} of them "
           f"written; {time.time() - t0:.0f} s")
 

@@ -1,24 +1,31 @@
 """
 What a game carries of what its judge knows: one train_grpo.py setting run over trainer seeds, each seed beside its
-judge-off control (the same trainer, settings and steps with the judge's signal removed), and the generator's val
-likelihood gain over that control in nats per completion, beside the judge's worth in the same nats (its
-Donsker-Varadhan bound on the base, worth.py, measured before the game): the share realised.
+control, and the generator's val likelihood gain over that control in nats per completion, beside the judge's worth
+in the same nats (its Donsker-Varadhan bound on the base, worth.py, measured before the game): the share realised.
 
-  python benchmarks/bench_share.py --out runs/share --name ngram_kl --dv 1.46 --seeds 1338,2001,3001 \
-      [--control judge_off|shuffled|temperature|mle] -- --policy_path=BASE.pt --judge=ngram ... (train_grpo.py's options)
+  python benchmarks/bench_share.py --out runs/share --name ngram_kl --dv 1.46 --dv_ci 1.31,1.63 \
+      --seeds 1338,2001,3001 [--control judge_off|shuffled|temperature|mle] -- --policy_path=BASE.pt ...
+      (train_grpo.py's options after --)
 
---control shuffled: the control plays the judge's own rewards, permuted across each step's rollouts
-(--reward_shuffle=True): with the KL inside the reward, judge-off moves nothing, so only this control shows what a
-reward of the judge's scale and spread gains by chance. --control temperature: the base sampled at the matched
-temperature T* (Caccia et al. 2020), the one whose sampler entropy equals the arm's on the same prompts (the
-seed's two-sample windows; the base swept over --sweep), its perplexity read at T*. --control mle: the base trained
-further by next-token loss for the arm's FLOPs, by the cycle's rule (the base's learning rate held, its best
-checkpoint on the base run's selection split kept; the base run's config.json beside BASE.pt), its own seed. Each run is train_grpo.py as a user runs it (its checkpoint
-OUT/NAME_s{seed}.pt, its control OUT/NAME_off_s{seed}.pt, OUT/NAME_shuffled_s{seed}.pt or OUT/NAME_mle_s{seed}.pt;
-a finished one is reused, an interrupted one resumes). Both read val perplexity on the same val tokens, so a seed's
-effect is paired: 1 - ppl(arm) / ppl(control), and its gain ln(ppl(control) / ppl(arm)) nats a token times the
-completion's tokens (block size minus the two-sample prompt, the windows the judges' worth is read on). The verdict
-on the method is verdict.seed_effect's: a t interval over the seeds, each with its own control and draws.
+The controls: judge_off, the same trainer with the judge's signal removed; base, the arm's starting policy itself
+(with the KL inside the reward judge-off never moves: it is the base, bit for bit); shuffled, the judge's own rewards permuted
+within each group (--reward_shuffle=True): with the KL inside the reward judge-off moves nothing, so only this control
+shows what a reward of the judge's scale and within-group spread gains by chance; temperature, the base sampled at the
+matched temperature T* (Caccia et al. 2020), the one whose sampler entropy equals the arm's on the same prompts (the
+seed's two-sample windows; the base swept over --sweep); mle, the base trained further by next-token loss for the
+arm's FLOPs by the cycle's rule (the base's learning rate held, its best checkpoint on the base run's selection split
+kept; the base run's config.json beside BASE.pt), its own seed. The judge's offline training (its recipe) is not in
+the arm's FLOPs: the MLE control is not given it, which favours the judge; its recorded FLOPs are printed beside.
+
+Each run is train_grpo.py as a user runs it (OUT/NAME_s{seed}.pt, its control OUT/NAME_off_s{seed}.pt,
+OUT/NAME_shuffled_s{seed}.pt or OUT/NAME_mle_s{seed}.pt; a finished one is reused, an interrupted one resumes).
+Every model is read here by one reader, on the same device and precision (fp32) and at the arm's sampling temperature
+(the matched-temperature control at T*): each seed's own --ppl_windows random val windows (two_sample.eval_windows,
+drawn from the seed), so each seed has its own draws. A seed's effect is paired window by window, 1 - ppl(arm) /
+ppl(control) with a bootstrap interval, and its gain ln(ppl(control) / ppl(arm)) nats a token times the completion's
+tokens (block size minus the two-sample prompt, the windows the judges' worth is read on). The verdict on the method
+is verdict.seed_effect's t interval over the seeds; the share's interval carries the worth's own
+(verdict.share_interval, Fieller's), and a worth whose interval holds 0 has no share.
 """
 import argparse
 import json
@@ -32,11 +39,12 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from model import GPT, evaluate_perplexity, load_checkpoint  # noqa: E402
+from model import GPT, load_checkpoint  # noqa: E402
 from policy import prompts_and_splits  # noqa: E402
 from shared import mle_control  # noqa: E402
+from tilt import completion_logprob  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
-from verdict import PPL_MARGIN, label_text, seed_effect, sweep_parts  # noqa: E402
+from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect, share_interval, sweep_parts  # noqa: E402
 
 
 def finished(out_path):
@@ -71,37 +79,45 @@ def sampler_entropy(model, prompts, length, temperature, top_k, seed):
 
 
 @torch.no_grad()
-def matched_temperature_ppl(arm_path, seed, windows, sweep):
+def window_ce(model, windows, temperature):
+    """Each window's mean next-token cross-entropy (nats, float64) under model at this temperature, in fp32."""
+    return -completion_logprob(model, windows, 1, temperature) / (windows.shape[1] - 1)
+
+
+def seed_windows(arm_path, seed, n):
+    """This seed's own n random val windows of the arm's block size, from the val split the arm read."""
+    _, base, val = arm_setting(arm_path)
+    return eval_windows(val, n, base['model_args']['block_size'], seed)[0]
+
+
+@torch.no_grad()
+def matched_temperature_ce(arm_path, seed, windows, entropy_windows, sweep):
     """The arm's base at the matched temperature T*: the sweep's temperature whose sampler entropy equals the arm's,
     each continuing the same PROMPT_LEN-token prompts of this seed's two-sample windows (eval_windows), interpolated
-    linearly (verdict.sweep_parts); returns T*, whether the arm lay outside the sweep, and the base's val perplexity
-    at T* on the tokens the arm's own was read on."""
+    linearly (verdict.sweep_parts); returns T*, whether the arm lay outside the sweep, and the base's cross-entropy
+    at T* on each of the windows."""
     cfg, base_ckpt, val = arm_setting(arm_path)
     arm, base = GPT.from_checkpoint(arm_path), GPT.from_checkpoint(base_ckpt)
     length = base.config.block_size
-    prompts = eval_windows(val, windows, length, seed)[1][:, :PROMPT_LEN]
+    prompts = eval_windows(val, entropy_windows, length, seed)[1][:, :PROMPT_LEN]
     arm_entropy = sampler_entropy(arm, prompts, length, cfg['temperature'], cfg['top_k'], seed)
     points = [dict(temperature=t, sample_entropy=sampler_entropy(base, prompts, length, t, cfg['top_k'], seed))
               for t in sweep]
     _, parts, outside = sweep_parts(points, arm_entropy)
     t_star = sum(w * p['temperature'] for w, p in parts)
-    ppl = evaluate_perplexity(base, val, length, temperature=t_star, max_tokens=cfg['ppl_max_tokens'])[1]
-    return t_star, outside, ppl
+    return t_star, outside, window_ce(base, windows, t_star)
 
 
-def mle_ppl(arm_path, arm, seed, out_path):
-    """The MLE control given the arm's FLOPs (shared.mle_control, the base run's config.json beside its base), read
-    at the arm's sampling temperature on the tokens the arm's perplexity was read on."""
-    cfg, _, val = arm_setting(arm_path)
+def mle_path(arm_path, arm, seed, out_path):
+    """The MLE control given the arm's FLOPs (shared.mle_control, the base run's config.json beside its base)."""
+    cfg = arm_setting(arm_path)[0]
     run_config = os.path.join(os.path.dirname(os.path.abspath(cfg['policy_path'])), 'config.json')
     if not os.path.exists(run_config):
         raise SystemExit(f"--control mle trains the base further with its own run's options: {run_config} is missing "
                          "(use a base made by run_cycles.py)")
     with open(run_config) as f:
         run_cfg = json.load(f)
-    mle = GPT.from_checkpoint(mle_control(run_cfg, cfg['policy_path'], arm['flops'], out_path, seed))
-    return evaluate_perplexity(mle, val, mle.config.block_size, temperature=cfg['temperature'],
-                               max_tokens=cfg['ppl_max_tokens'])[1]
+    return mle_control(run_cfg, cfg['policy_path'], arm['flops'], out_path, seed)
 
 
 def seed_share(arm_ppl, control_ppl, tokens):
@@ -110,22 +126,46 @@ def seed_share(arm_ppl, control_ppl, tokens):
     return 1 - arm_ppl / control_ppl, float(np.log(control_ppl / arm_ppl) * tokens)
 
 
-CONTROL_NAMES = {'judge_off': 'judge-off', 'shuffled': 'shuffled-judge', 'temperature': 'matched-temperature',
-                 'mle': 'MLE'}
+CONTROL_NAMES = {'judge_off': 'judge-off', 'base': 'base', 'shuffled': 'shuffled-judge',
+                 'temperature': 'matched-temperature', 'mle': 'MLE'}
 
 
-def control_perplexity(a, grpo_args, seed, arm_path, arm):
-    """One seed's control (--control) and its val perplexity, with a note for the table (T*, or '')."""
+def control_ce(a, grpo_args, seed, arm_path, arm, windows):
+    """One seed's control (--control), its cross-entropy on each of the seed's windows, with a note for the table
+    (T*, or '')."""
+    temperature = load_checkpoint(arm_path)['config']['temperature']
     if a.control == 'temperature':
-        t_star, outside, ppl = matched_temperature_ppl(arm_path, seed, a.entropy_windows,
-                                                       [float(t) for t in a.sweep.split(',')])
-        return ppl, f" (T* {t_star:.3f}{', outside the sweep' if outside else ''})"
-    if a.control == 'mle':
-        return mle_ppl(arm_path, arm, seed, os.path.join(a.out, f'{a.name}_mle_s{seed}.pt')), ''
-    suffix, extra = (('shuffled', ['--reward_shuffle=True']) if a.control == 'shuffled' else
-                     ('off', ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"]))
-    return run(grpo_args + [f'--seed={seed}'], os.path.join(a.out, f'{a.name}_{suffix}_s{seed}.pt'),
-               extra)['final_val_ppl'], ''
+        t_star, outside, ce = matched_temperature_ce(arm_path, seed, windows, a.entropy_windows,
+                                                     [float(t) for t in a.sweep.split(',')])
+        return ce, f" (T* {t_star:.3f}{', outside the sweep' if outside else ''})"
+    if a.control == 'base':
+        path = load_checkpoint(arm_path)['config']['policy_path']
+    elif a.control == 'mle':
+        path = mle_path(arm_path, arm, seed, os.path.join(a.out, f'{a.name}_mle_s{seed}.pt'))
+    else:
+        suffix, extra = (('shuffled', ['--reward_shuffle=True']) if a.control == 'shuffled' else
+                         ('off', ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"]))
+        path = os.path.join(a.out, f'{a.name}_{suffix}_s{seed}.pt')
+        run(grpo_args + [f'--seed={seed}'], path, extra)
+    return window_ce(GPT.from_checkpoint(path), windows, temperature), ''
+
+
+def share_text(gain, gain_half, dv, dv_ci):
+    """The share of the worth with its interval (verdict.share_interval), or why it has none."""
+    ci = share_interval(gain, gain_half, dv, dv_ci)
+    if ci is None:
+        return f"not defined (the worth's interval [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}] holds 0)"
+    return f"{gain / dv:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
+
+
+def judge_flops_note(arm_path):
+    """The judge's offline training FLOPs as its checkpoint records them (left out of the MLE control's budget)."""
+    cfg = load_checkpoint(arm_path)['config']
+    if cfg.get('judge') != 'model' or cfg.get('reward') != 'judge':
+        return ''
+    flops = load_checkpoint(cfg['reward_model_path']).get('flops')
+    return (f"; the judge's own training, {flops:.3g} FLOPs (its data not included), is outside the arm's FLOPs and "
+            "the MLE control's budget" if flops else '')
 
 
 def main():
@@ -134,35 +174,43 @@ def main():
     p.add_argument('--name', required=True)
     p.add_argument('--seeds', default='1338,2001,3001')
     p.add_argument('--dv', type=float, required=True, help="the judge's worth on the base, nats a completion")
-    p.add_argument('--control', choices=('judge_off', 'shuffled', 'temperature', 'mle'), default='judge_off')
+    p.add_argument('--dv_ci', required=True, help="its 95%% interval, LO,HI (the worth's bootstrap)")
+    p.add_argument('--control', choices=tuple(CONTROL_NAMES), default='judge_off')
+    p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows the perplexity reads")
     p.add_argument('--sweep', default='0.9,0.95,1.0,1.05,1.1', help="--control temperature: the base's temperatures")
     p.add_argument('--entropy_windows', type=int, default=500, help='--control temperature: prompts the entropy reads')
     p.add_argument('grpo_args', nargs=argparse.REMAINDER, help="-- then train_grpo.py's options")
     a = p.parse_args()
+    dv_ci = [float(x) for x in a.dv_ci.split(',')]
     grpo_args = a.grpo_args[1:] if a.grpo_args[:1] == ['--'] else a.grpo_args
     os.makedirs(a.out, exist_ok=True)
     rows, effects, gains = [], [], []
     for seed in [int(s) for s in a.seeds.split(',')]:
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
         arm = run(grpo_args + [f'--seed={seed}'], arm_path)
-        control_ppl, note = control_perplexity(a, grpo_args, seed, arm_path, arm)
-        tokens = load_checkpoint(arm_path)['model_args']['block_size'] - PROMPT_LEN
-        effect, gain = seed_share(arm['final_val_ppl'], control_ppl, tokens)
+        windows = seed_windows(arm_path, seed, a.ppl_windows)
+        arm_ce = window_ce(GPT.from_checkpoint(arm_path), windows, load_checkpoint(arm_path)['config']['temperature'])
+        ctrl_ce, note = control_ce(a, grpo_args, seed, arm_path, arm, windows)
+        tokens = windows.shape[1] - PROMPT_LEN
+        effect = perplexity_effect(arm_ce, ctrl_ce, seed)
+        gain = seed_share(np.exp(arm_ce.mean()), np.exp(ctrl_ce.mean()), tokens)[1]
         effects.append(effect)
         gains.append(gain)
-        rows.append(f"| {seed} | {arm['val_ppl_start']:.3f} | {arm['final_val_ppl']:.3f} | {control_ppl:.3f}{note} "
-                    f"| {effect:+.2%} | {gain:+.3f} | {gain / a.dv:.0%} |")
+        rows.append(f"| {seed} | {np.exp(arm_ce.mean()):.3f} | {np.exp(ctrl_ce.mean()):.3f}{note} | "
+                    f"{label_text(effect)} {effect['effect']:+.2%} [{effect['ci'][0]:+.2%}, {effect['ci'][1]:+.2%}] "
+                    f"| {gain:+.3f} |")
     method = seed_effect(effects, PPL_MARGIN)
     gain = seed_effect(gains, np.inf)  # the same t interval, on the gains in nats
     half = (gain['ci'][1] - gain['ci'][0]) / 2
-    print(f"\n{a.name}: the judge's worth {a.dv:.2f} nats a completion ({tokens} tokens)")
+    print(f"\n{a.name}: the judge's worth {a.dv:.2f} [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}] nats a completion ({tokens} "
+          f"tokens); {a.ppl_windows} val windows a seed, its own{judge_flops_note(arm_path)}")
     control = CONTROL_NAMES[a.control]
-    print(f'| seed | val ppl at start | arm | {control} control | effect on ppl | gain, nats a completion | share of '
-          'the worth |\n|---|---|---|---|---|---|---|')
+    print(f'| seed | arm val ppl | {control} control | effect on ppl [95%, its windows] | gain, nats a completion |'
+          '\n|---|---|---|---|---|')
     print('\n'.join(rows))
-    print(f"| **over {len(effects)} seeds** | | | | **{label_text(method)}** {method['effect']:+.2%} "
-          f"[{method['ci'][0]:+.2%}, {method['ci'][1]:+.2%}] | {np.mean(gains):+.3f} ± {half:.3f} | "
-          f"{np.mean(gains) / a.dv:.0%} ± {half / a.dv:.0%} |")
+    print(f"| **over {len(effects)} seeds** | | | **{label_text(method)}** {method['effect']:+.2%} "
+          f"[{method['ci'][0]:+.2%}, {method['ci'][1]:+.2%}] | {np.mean(gains):+.3f} ± {half:.3f} |")
+    print(f"share of the worth: {share_text(np.mean(gains), half, a.dv, dv_ci)}")
 
 
 if __name__ == '__main__':

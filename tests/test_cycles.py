@@ -377,15 +377,19 @@ def test_the_referee_over_the_game_reaches_frozen_and_online_judges_alike():
 
 def test_the_tilts_game_reaches_grpo_and_its_judge_off_control(monkeypatch):
     """The game whose fixed point is the tilt (grpo_reward_form, grpo_kl_in_reward, grpo_reward_scale,
-    grpo_objective, grpo_loss_type) reaches train_grpo.py as options it accepts, for the arm and for its judge-off
+    grpo_kl_anchor, grpo_objective, grpo_loss_type) reaches train_grpo.py as options it accepts, for the arm and for its judge-off
     control alike; the default cycle's command carries none of them."""
     from configurator import configure
     import train_grpo
     from run_cycles import DEFAULTS, grpo_cmd
     monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
     import bench_arms
-    new = ('--reward_form', '--kl_in_reward', '--reward_scale', '--objective', '--loss_type')
+    new = ('--reward_form', '--kl_in_reward', '--reward_scale', '--objective', '--loss_type', '--kl_anchor')
     assert not any(a.startswith(new) for a in grpo_cmd(configure(DEFAULTS, []), 'b', 'r', 'd', 'o', 1))
+    anchored = grpo_cmd(configure(DEFAULTS, bench_arms.arms('runs/x')['ngram_kl'][1] + ['--grpo_kl_anchor=judge']),
+                        'b', 'r', 'd', 'o', 1)
+    train_grpo.check_config(configure(train_grpo.DEFAULTS, anchored[1:]))
+    assert '--kl_anchor=judge' in anchored
     for arm in ('teacher_mle_ratio_kl', 'teacher_ratio_dpg', 'ngram_kl'):
         C = configure(DEFAULTS, bench_arms.arms('runs/x')[arm][1])
         for arm_log in (None, 'arm_log.jsonl'):

@@ -220,19 +220,33 @@ def arm_checkpoint(path, policy_path, data_dir, temperature_of_arm=1.0, flops=0)
 
 def test_the_matched_temperature_control_finds_a_temperature_it_is_given(tmp_path, char_ckpt, char_data):
     """An arm that is its base at T = 1.05 (logits divided by 1.05) samples with that entropy, so the matched
-    temperature is 1.05 and the control's perplexity is the arm's own: no gain. The arm that is its base reads T* = 1."""
+    temperature is 1.05 and the control's cross-entropy is the arm's own on every window: no gain. The arm that is
+    its base reads T* = 1."""
     bench_share = bench_share_module()
     hot = arm_checkpoint(tmp_path / 'hot.pt', char_ckpt, char_data, temperature_of_arm=1.05)
-    t_star, outside, ppl = bench_share.matched_temperature_ppl(hot, 7, 32, [0.9, 1.0, 1.05, 1.1])
+    windows = bench_share.seed_windows(hot, 7, 20)
+    t_star, outside, ce = bench_share.matched_temperature_ce(hot, 7, windows, 32, [0.9, 1.0, 1.05, 1.1])
     assert t_star == pytest.approx(1.05, abs=1e-3) and not outside
-    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
-    arm_ppl = evaluate_perplexity(GPT.from_checkpoint(hot), val)[1]
-    assert ppl == pytest.approx(arm_ppl, rel=1e-3)
-    between = bench_share.matched_temperature_ppl(hot, 7, 32, [0.9, 1.0, 1.1])[0]  # interpolated: near it
+    np.testing.assert_allclose(ce, bench_share.window_ce(GPT.from_checkpoint(hot), windows, 1.0), rtol=1e-3)
+    between = bench_share.matched_temperature_ce(hot, 7, windows, 32, [0.9, 1.0, 1.1])[0]  # interpolated: near it
     assert between == pytest.approx(1.05, abs=0.01)
     same = arm_checkpoint(tmp_path / 'same.pt', char_ckpt, char_data)
-    assert bench_share.matched_temperature_ppl(same, 7, 32, [0.9, 1.0, 1.1])[0] == pytest.approx(1.0)
-    assert bench_share.matched_temperature_ppl(hot, 7, 32, [0.8, 0.9])[1]  # beyond the sweep: flagged
+    assert bench_share.matched_temperature_ce(same, 7, windows, 32, [0.9, 1.0, 1.1])[0] == pytest.approx(1.0)
+    assert bench_share.matched_temperature_ce(hot, 7, windows, 32, [0.8, 0.9])[1]  # beyond the sweep: flagged
+
+
+def test_each_seed_reads_its_own_val_windows_by_one_reader(tmp_path, char_ckpt, char_data):
+    """bench_share's evaluation draws are the seed's own: random val windows from the seed (the same seed, the same
+    windows); the reader's perplexity over them is the model's at the arm's temperature."""
+    bench_share = bench_share_module()
+    arm = arm_checkpoint(tmp_path / 'arm.pt', char_ckpt, char_data)
+    a, b = bench_share.seed_windows(arm, 1338, 10), bench_share.seed_windows(arm, 2001, 10)
+    assert a.shape == (10, 32) and not torch.equal(a, b) and torch.equal(a, bench_share.seed_windows(arm, 1338, 10))
+    model = GPT.from_checkpoint(arm)
+    ce = bench_share.window_ce(model, a, 1.0)
+    assert ce.shape == (10,)
+    np.testing.assert_allclose(ce, [evaluate_perplexity(model, w.numpy(), 32)[0] for w in a], rtol=1e-5)
+    assert bench_share.window_ce(model, a, 2.0).mean() != pytest.approx(ce.mean())
 
 
 def test_bench_share_resumes_a_run_its_evaluations_saved_and_reuses_a_finished_one(tmp_path, char_ckpt, char_data,
@@ -252,7 +266,7 @@ def test_bench_share_resumes_a_run_its_evaluations_saved_and_reuses_a_finished_o
 
 def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt, char_data):
     """--control mle: the base trained further by next-token loss for the arm's FLOPs with its run's options
-    (run_cycles.mle_args), read on the arm's val tokens; no run config beside the base is a one-line error."""
+    (run_cycles.mle_args); no run config beside the base is a one-line error."""
     import json
     import shutil
     from run_cycles import DEFAULTS, mle_args
@@ -263,18 +277,15 @@ def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt,
     shutil.copy(char_ckpt, base)
     arm = arm_checkpoint(tmp_path / 'arm.pt', str(base), char_data, flops=1e6)
     with pytest.raises(SystemExit, match='config.json is missing'):
-        bench_share.mle_ppl(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
+        bench_share.mle_path(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
     cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
                base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False)
     (base.parent / 'config.json').write_text(json.dumps(cfg))
     flops = 3 * GPT.from_checkpoint(str(base)).flops_per_token(backward=True) * 8 * 32
     arm = arm_checkpoint(tmp_path / 'arm.pt', str(base), char_data, flops=flops)
-    ppl = bench_share.mle_ppl(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
+    path = bench_share.mle_path(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
     iters, _ = mle_args(configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items()]), str(base), flops, 3)
-    assert iters == 3 and not os.path.exists(tmp_path / 'mle.pt.work')
-    mle = GPT.from_checkpoint(str(tmp_path / 'mle.pt'))
-    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
-    assert ppl == pytest.approx(evaluate_perplexity(mle, val)[1])
+    assert iters == 3 and not os.path.exists(tmp_path / 'mle.pt.work') and path == str(tmp_path / 'mle.pt')
     assert not same_weights(tmp_path / 'mle.pt', base)
 
 
@@ -288,3 +299,125 @@ def test_the_shuffled_judge_control_plays_the_same_rewards_on_other_texts(judge_
     first, other = arm['history'][0], shuffled['history'][0]
     assert first['reward'] == pytest.approx(other['reward']) and first['reward_std'] == pytest.approx(other['reward_std'])
     assert not same_weights(judge_case / 'words_arm.pt', judge_case / 'words_shuffled.pt')
+
+
+def test_a_token_judges_sequence_reward_is_the_telescoped_sequence_log_ratio():
+    """A hand-built per-prefix judge whose log-odds are exact log-ratios, f_t = log p_data(x<=t) - log pi(x<=t) (the
+    running sum of per-token ratios): the game's reward (rewards.judge_log_odds) is the completion's sequence
+    log-ratio, the sum of the ratios after the prompt; the old sum of f_t over the completion weighs an early ratio
+    by every later position."""
+    from types import SimpleNamespace
+    from rewards import judge_log_odds
+    torch.manual_seed(0)
+    B, N = 6, 12
+    ratios = 0.3 * torch.randn(B, N, dtype=torch.float64)
+    f = ratios.cumsum(1)
+    p = torch.sigmoid(f)
+    lengths = torch.tensor([1, 2, 3, 5, 8, 11])
+    generated = (torch.arange(N)[None, :] >= lengths[:, None]).float()
+    r = SimpleNamespace(probs=torch.stack([p, 1 - p], -1), generated=generated, prompt_lengths=lengths.tolist())
+    expected = (ratios * generated).sum(1)
+    torch.testing.assert_close(judge_log_odds(r)[0].double(), expected, atol=1e-5, rtol=0)
+    assert not torch.allclose((f * generated).sum(1), expected, atol=1e-2)  # the old reward
+
+
+def test_the_judges_worth_reads_the_log_odds_the_game_plays():
+    """tilt.judge_log_odds (what worth.py's bound and the tilt read) gives a token judge's windows the same figure the
+    game's reward gives them: its log-odds telescoped after the prompt."""
+    from types import SimpleNamespace
+    from model import GPTConfig
+    from rewards import judge_log_odds as game_reward
+    from tilt import judge_log_odds
+    torch.manual_seed(0)
+    judge = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=2, n_embd=16, mode='reward',
+                          reward_pooling='token')).eval()
+    with torch.no_grad():
+        for p in judge.reward_head.parameters():
+            p.normal_(0, 0.5)
+    windows = torch.randint(0, 11, (5, 16))
+    with torch.no_grad():
+        probs = judge(windows, per_token=True)[0]
+    generated = (torch.arange(16)[None, :] >= 4).float().expand(5, -1)
+    played = game_reward(SimpleNamespace(probs=probs, generated=generated, prompt_lengths=[4] * 5))[0]
+    np.testing.assert_allclose(judge_log_odds(judge, windows, 4), played.double().numpy(), atol=1e-4)
+
+
+def test_the_shuffled_judge_permutes_rewards_within_each_group():
+    """--reward_shuffle's permutation keeps each group's rewards (so its within-group spread, all that centred
+    advantages read) and moves them among that group's rollouts only."""
+    from train_grpo import shuffled_within_groups
+    rewards = torch.arange(24, dtype=torch.float32) * 1.5
+    shuffled = shuffled_within_groups(rewards, 4, np.random.default_rng(0))
+    for g in range(6):
+        assert sorted(shuffled[4 * g:4 * g + 4].tolist()) == rewards[4 * g:4 * g + 4].tolist()
+    assert not torch.equal(shuffled, rewards)
+
+
+def test_top_k_and_an_unanchored_kl_anchor_are_refused_with_one_line(tmp_path):
+    """--top_k samples a truncated law while the tilt's games read log pi untruncated: refused with them, as is
+    kl_anchor='judge' without an online judge; one line, no traceback, nothing written."""
+    common = ['--policy_path=x.pt', '--reward_model_path=y.pt', f'--out_path={tmp_path / "p.pt"}', '--beta=0']
+    for extra, message in ((['--kl_in_reward=True', '--top_k=5'], '--top_k samples from a truncated law'),
+                           (['--objective=dpg', '--top_k=5'], '--top_k samples from a truncated law'),
+                           (['--kl_in_reward=True', '--kl_anchor=judge'], "kl_anchor must be 'reference' or 'judge'")):
+        r = run_script('train_grpo.py', *common, *extra)
+        assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr
+    assert not os.listdir(tmp_path)
+
+
+def test_an_online_token_judges_head_update_is_counted_at_every_position():
+    """A head-only update of a token judge runs its head at each of the N positions of every row: N times a pooled
+    judge's FLOPs."""
+    from types import SimpleNamespace
+    from train_grpo import judge_update_flops
+
+    def flops(pooling):
+        C = SimpleNamespace(judge_batch_size=8, judge_steps=2)
+        return judge_update_flops(SimpleNamespace(
+            C=C, rt=SimpleNamespace(world_size=1), judge_loss_kind='mse', judge_trunk=False, N=32, head_params=100,
+            reward_model=SimpleNamespace(config=SimpleNamespace(reward_pooling=pooling))))
+    assert flops('mean') == 8 * 2 * 6 * 100 and flops('token') == 32 * flops('mean')
+
+
+def test_teacher_ratio_reads_the_reference_pass_the_trainer_already_took(char_ckpt):
+    """rewards.teacher_ratio uses the reference's log-probs score() computed for the KL (counted once in the step's
+    FLOPs) rather than a second, uncounted pass."""
+    from types import SimpleNamespace
+    from rewards import teacher_ratio
+
+    class NoPass:
+        def __call__(self, *a, **k):
+            raise AssertionError('the reference was run again')
+    teacher = GPT.from_checkpoint(char_ckpt)
+    seqs = torch.randint(0, teacher.config.vocab_size, (3, 10))
+    ref_logps = token_logprobs(teacher, seqs, 1.0)[0]
+    mask = torch.ones(3, 9)
+    r = SimpleNamespace(teacher=teacher, reference=NoPass(), seqs=seqs, mask=mask, temperature=1.0,
+                        ref_logps=ref_logps)
+    torch.testing.assert_close(teacher_ratio(r)[0], torch.zeros(3), atol=1e-5, rtol=0)
+
+
+def test_the_kl_anchored_at_the_judge_follows_each_refit(judge_case, char_ckpt):
+    """--kl_anchor=judge: at each refit of the online judge the KL's anchor moves to the policy it was just fit
+    against (the step's rollout policy). With a refit every step the anchor at step t is the policy of step t - 1:
+    the first two steps play as with the anchor held at the reference (pi_0 either way), the third reads the KL to
+    pi_1, one step's move, below the held anchor's two."""
+    game = ['--judge_update_interval=1', '--judge_warmup_steps=1', '--reward_form=log_odds', '--kl_in_reward=True',
+            '--beta=0', '--scale_rewards=none', '--loss_type=dr_grpo', '--max_steps=3', '--warmup_steps=0']
+    held = positive_control_run(judge_case, 'anchor_held.pt', char_ckpt, *game)
+    moved = positive_control_run(judge_case, 'anchor_judge.pt', char_ckpt, *game, '--kl_anchor=judge')
+    for step in (0, 1):
+        assert moved['history'][step]['reward'] == pytest.approx(held['history'][step]['reward'])
+    assert held['history'][1]['kl'] > 1e-6  # the policy moved at step 0
+    assert 0 < moved['history'][2]['kl'] < held['history'][2]['kl']
+    assert moved['history'][2]['reward'] != pytest.approx(held['history'][2]['reward'])
+
+
+def test_the_share_carries_the_worths_uncertainty():
+    """Fieller's interval of gain / worth: an exact worth gives the gain's interval over it; an uncertain one widens
+    it, more on the high side; a worth whose interval holds 0 has no share."""
+    from verdict import share_interval
+    assert share_interval(0.3, 0.1, 1.5, [1.5, 1.5]) == pytest.approx([0.2 / 1.5, 0.4 / 1.5])
+    lo, hi = share_interval(0.27, 0.16, 0.12, [0.05, 0.20])
+    assert lo < 0.11 / 0.12 and hi > 0.43 / 0.12 and hi - 0.27 / 0.12 > 0.27 / 0.12 - lo
+    assert share_interval(0.10, 0.06, 0.05, [-0.03, 0.14]) is None
