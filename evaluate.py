@@ -59,9 +59,9 @@ from judge import reward_data_cmd, reward_model_cmd
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
-from tilt import TILT_PPL_K, TiltSource, completion_logprob, sample_tilt, tilt_cross_entropy
+from tilt import TILT_PPL_K, TiltSource, completion_logprob, judge_log_odds, sample_tilt, tilt_cross_entropy
 from two_sample import C2ST_FOLDS, PROMPT_LEN, completion_texts, continuation_texts, eval_windows, two_sample_test
-from worth import dv_bound, log_odds
+from worth import dv_bound
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # the fresh judges' recipes: (the crossover_k of their data, the train_reward_model.py options fixed by the recipe,
@@ -131,11 +131,11 @@ def trunk_signature(state_dict):
 @torch.no_grad()
 def sight_figures(judge, reference, samples, seed):
     """A judge's P(natural) means, its sight (AUC, natural windows against samples, with its bootstrap sd) and its
-    worth in nats (worth.dv_bound of its log-odds: natural windows against the samples, per window and per
-    completion token)."""
+    worth in nats (worth.dv_bound of its log-odds as the tilt and the game read them, tilt.judge_log_odds: natural
+    windows against the samples, per window and per completion token)."""
     probs_natural, probs_samples = [judge(x)[0].double().cpu().numpy() for x in (reference, samples)]
     p_natural, p_samples = probs_natural[:, 0], probs_samples[:, 0]
-    worth = dv_bound(log_odds(probs_natural), log_odds(probs_samples), seed)
+    worth = dv_bound(judge_log_odds(judge, reference, PROMPT_LEN), judge_log_odds(judge, samples, PROMPT_LEN), seed)
     return dict(mean_p_natural=float(p_samples.mean()), mean_p_natural_of_natural_text=float(p_natural.mean()),
                 sight_auc=sight_auc(p_natural, p_samples), sight_auc_sd=sight_auc_sd(p_natural, p_samples, seed),
                 **worth, dv_per_token=worth['dv'] / (reference.shape[1] - PROMPT_LEN))
