@@ -119,10 +119,11 @@ def seed_effect(effects, margin, min_seeds=MIN_SEEDS, shared_draws=False):
 def share_interval(gain, gain_half, dv, dv_ci):
     """The 95% interval of a share gain / dv when both are estimates (Fieller's: the ratios r with |gain - r·dv| <=
     sqrt(gain_half² + r²·dv_half²), each term its own 95% half-width; dv_half from dv_ci's width), or None where the
-    worth's interval holds 0: then no bounded interval exists and the share is not defined."""
+    worth's interval holds 0: then no bounded interval exists and the share is not defined (nor from a gain with no
+    spread, one seed's: gain_half infinite)."""
     dv_half = (dv_ci[1] - dv_ci[0]) / 2
     a = dv ** 2 - dv_half ** 2
-    if dv_ci[0] <= 0 <= dv_ci[1] or a <= 0:
+    if dv_ci[0] <= 0 <= dv_ci[1] or a <= 0 or not np.isfinite(gain_half):
         return None
     root = np.sqrt(gain ** 2 * dv_half ** 2 + dv ** 2 * gain_half ** 2 - dv_half ** 2 * gain_half ** 2)
     return [(gain * dv - root) / a, (gain * dv + root) / a]

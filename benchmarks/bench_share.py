@@ -152,9 +152,11 @@ def control_ce(a, grpo_args, seed, arm_path, arm, windows):
 
 def share_text(gain, gain_half, dv, dv_ci):
     """The share of the worth with its interval (verdict.share_interval), or why it has none."""
+    if dv_ci[0] <= 0 <= dv_ci[1]:
+        return f"not defined (the worth's interval [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}] holds 0)"
     ci = share_interval(gain, gain_half, dv, dv_ci)
     if ci is None:
-        return f"not defined (the worth's interval [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}] holds 0)"
+        return f"{gain / dv:.0%} (no bounded interval: one seed, or a worth too uncertain)"
     return f"{gain / dv:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
 
 

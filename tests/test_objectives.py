@@ -421,3 +421,8 @@ def test_the_share_carries_the_worths_uncertainty():
     lo, hi = share_interval(0.27, 0.16, 0.12, [0.05, 0.20])
     assert lo < 0.11 / 0.12 and hi > 0.43 / 0.12 and hi - 0.27 / 0.12 > 0.27 / 0.12 - lo
     assert share_interval(0.10, 0.06, 0.05, [-0.03, 0.14]) is None
+    assert share_interval(0.10, np.inf, 1.5, [1.3, 1.6]) is None  # one seed: no spread to carry
+    share_text = bench_share_module().share_text
+    assert share_text(0.10, 0.06, 0.05, [-0.03, 0.14]).startswith('not defined')
+    assert share_text(0.3, 0.1, 1.5, [1.5, 1.5]) == '20% [13%, 27%]'
+    assert share_text(0.3, np.inf, 1.5, [1.4, 1.6]).startswith('20% (no bounded interval')
