@@ -62,9 +62,8 @@ def teacher(r):
 @torch.no_grad()
 def teacher_ratio(r):
     """The teacher's exact sequence log-ratio to the reference over the completion, one scalar a completion (the
-    reference's log-probs as the trainer took them for its KL, r.ref_logps, where it has them)."""
-    ref_logps = r.ref_logps if r.ref_logps is not None else token_logprobs(r.reference, r.seqs, r.temperature)[0]
-    ratio = token_logprobs(r.teacher, r.seqs, 1.0)[0].float() - ref_logps
+    reference's log-probs as the trainer took them for its KL, r.ref_logps: one pass, counted once)."""
+    ratio = token_logprobs(r.teacher, r.seqs, 1.0)[0].float() - r.ref_logps
     return (ratio * r.mask).sum(1), None
 
 

@@ -8,14 +8,15 @@ in the same nats (its Donsker-Varadhan bound on the base, worth.py, measured bef
       (train_grpo.py's options after --)
 
 The controls: judge_off, the same trainer with the judge's signal removed; base, the arm's starting policy itself
-(with the KL inside the reward judge-off never moves: it is the base, bit for bit); shuffled, the judge's own rewards permuted
-within each group (--reward_shuffle=True): with the KL inside the reward judge-off moves nothing, so only this control
-shows what a reward of the judge's scale and within-group spread gains by chance; temperature, the base sampled at the
-matched temperature T* (Caccia et al. 2020), the one whose sampler entropy equals the arm's on the same prompts (the
-seed's two-sample windows; the base swept over --sweep); mle, the base trained further by next-token loss for the
-arm's FLOPs by the cycle's rule (the base's learning rate held, its best checkpoint on the base run's selection split
-kept; the base run's config.json beside BASE.pt), its own seed. The judge's offline training (its recipe) is not in
-the arm's FLOPs: the MLE control is not given it, which favours the judge; its recorded FLOPs are printed beside.
+(with the KL inside the reward judge-off never moves: it is the base, bit for bit); shuffled, the judge's own rewards
+permuted within each group (--reward_shuffle=True): with the KL inside the reward judge-off moves nothing, so only
+this control shows what a reward of the judge's scale and within-group spread gains by chance; temperature, the base
+sampled at the matched temperature T* (Caccia et al. 2020), the one whose sampler entropy equals the arm's on the same
+prompts (the seed's two-sample windows; the base swept over --sweep); mle, the base trained further by next-token loss
+for the arm's FLOPs by the cycle's rule (the base's learning rate held, its best checkpoint on the base run's
+selection split kept; the base run's config.json beside BASE.pt), its own seed. The judge's offline training (its
+recipe) is not in the arm's FLOPs: the MLE control is not given it, which favours the judge; its recorded FLOPs are
+printed beside.
 
 Each run is train_grpo.py as a user runs it (OUT/NAME_s{seed}.pt, its control OUT/NAME_off_s{seed}.pt,
 OUT/NAME_shuffled_s{seed}.pt or OUT/NAME_mle_s{seed}.pt; a finished one is reused, an interrupted one resumes).
@@ -130,16 +131,15 @@ CONTROL_NAMES = {'judge_off': 'judge-off', 'base': 'base', 'shuffled': 'shuffled
                  'temperature': 'matched-temperature', 'mle': 'MLE'}
 
 
-def control_ce(a, grpo_args, seed, arm_path, arm, windows):
-    """One seed's control (--control), its cross-entropy on each of the seed's windows, with a note for the table
-    (T*, or '')."""
-    temperature = load_checkpoint(arm_path)['config']['temperature']
+def control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature):
+    """One seed's control (--control), its cross-entropy on each of the seed's windows at the arm's temperature (the
+    matched control at T*), with a note for the table (T*, or '')."""
     if a.control == 'temperature':
         t_star, outside, ce = matched_temperature_ce(arm_path, seed, windows, a.entropy_windows,
                                                      [float(t) for t in a.sweep.split(',')])
         return ce, f" (T* {t_star:.3f}{', outside the sweep' if outside else ''})"
     if a.control == 'base':
-        path = load_checkpoint(arm_path)['config']['policy_path']
+        path = arm_setting(arm_path)[0]['policy_path']
     elif a.control == 'mle':
         path = mle_path(arm_path, arm, seed, os.path.join(a.out, f'{a.name}_mle_s{seed}.pt'))
     else:
@@ -191,8 +191,10 @@ def main():
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
         arm = run(grpo_args + [f'--seed={seed}'], arm_path)
         windows = seed_windows(arm_path, seed, a.ppl_windows)
-        arm_ce = window_ce(GPT.from_checkpoint(arm_path), windows, load_checkpoint(arm_path)['config']['temperature'])
-        ctrl_ce, note = control_ce(a, grpo_args, seed, arm_path, arm, windows)
+        arm_ckpt = load_checkpoint(arm_path)
+        temperature = arm_ckpt['config']['temperature']
+        arm_ce = window_ce(GPT.from_checkpoint(arm_ckpt), windows, temperature)
+        ctrl_ce, note = control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature)
         tokens = windows.shape[1] - PROMPT_LEN
         effect = perplexity_effect(arm_ce, ctrl_ce, seed)
         gain = seed_share(np.exp(arm_ce.mean()), np.exp(ctrl_ce.mean()), tokens)[1]
