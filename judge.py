@@ -48,12 +48,22 @@ def judge_score(probs):
 
 
 # the losses that read each sample's natural block: Bradley-Terry against it, or binary (it is a natural sample too)
-PAIRED_LOSSES = ('pairwise', 'binary')
+PAIRED_LOSSES = ('pairwise', 'binary', 'ranking')
 
 
 def pairwise_loss(natural_probs, sample_probs):
     """Bradley-Terry: -log sigma(D(natural) - D(sample)), averaged over pairs."""
     return -F.logsigmoid(judge_score(natural_probs) - judge_score(sample_probs)).mean()
+
+
+def ranking_loss(natural_probs, sample_probs):
+    """Ranking NCE with the base's samples as noise (Lin et al. 2021: K noise samples a positive): each natural block
+    against the K samples of its prompt, -log softmax of D over the K + 1 with the natural first; sample_probs
+    (G·K, 2) grouped by block. D is learnt up to a constant a prompt, which group-centred advantages and a tilt among
+    one prompt's completions never read. K = 1 is the Bradley-Terry loss."""
+    d_natural = judge_score(natural_probs)
+    d_samples = judge_score(sample_probs).view(len(d_natural), -1)
+    return -torch.log_softmax(torch.cat([d_natural[:, None], d_samples], 1), 1)[:, 0].mean()
 
 
 def pair_accuracy(natural_probs, sample_probs):

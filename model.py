@@ -84,6 +84,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.n_embd = config.n_embd
         self.layer_idx = layer_idx
+        self.causal = not config.bidirectional
 
     def heads(self, x):
         """q, k, v of x (B, T, C), each (B, nh, T, hs)."""
@@ -107,7 +108,7 @@ class CausalSelfAttention(nn.Module):
                                 alpha=1.0 / math.sqrt(k.size(-1)))
             y = torch.bmm(att.softmax(dim=-1), values.view(BH, cap, -1)).view(B, self.n_head, 1, -1)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=T > 1,
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=T > 1 and self.causal,
                                                dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
@@ -172,6 +173,9 @@ class GPTConfig:
     reward_head_hidden_dim: int = 256
     reward_pooling: str = 'last'  # reward head input: 'last' token's state, the 'mean' over positions, or each 'token'
     gelu_approximate: str = 'none'  # 'tanh' for GPT-2's weights, which were trained with that GELU
+    # a whole-window judge whose positions attend both ways (the energy net of Deng et al. 2020 and Lin et al. 2021):
+    # it reads every token from every position, which a causal trunk cannot; never a generator or a per-token judge
+    bidirectional: bool = False
 
 
 class GPT(nn.Module):
@@ -182,6 +186,9 @@ class GPT(nn.Module):
             raise ValueError(f"GPTConfig.mode must be one of {MODES}, got {config.mode!r}")
         if config.reward_pooling not in POOLINGS:
             raise ValueError(f"GPTConfig.reward_pooling must be one of {POOLINGS}, got {config.reward_pooling!r}")
+        if config.bidirectional and (config.mode != 'reward' or config.reward_pooling == 'token'):
+            raise ValueError("bidirectional attention is for whole-window judges (mode='reward' with reward_pooling "
+                             f"'last' or 'mean'), not mode={config.mode!r} with pooling {config.reward_pooling!r}")
         assert config.vocab_size is not None and config.block_size is not None
         self.config = config
         self.transformer = nn.ModuleDict(dict(

@@ -66,6 +66,8 @@ base_min_delta = 0.002  # at least this, and keep their best checkpoint
 # both select on the last this many train tokens, held out of their training, never on val (which the verdict reads);
 # 0: on val, as nanoGPT does
 base_select_tokens = 100000
+base_select_pass = False  # read the selection split in one whole pass (train.py --select_pass), not eval_iters batches
+mle_learning_rate = 0.0  # the MLE control's held learning rate; 0: the base's final one (base_learning_rate / 10)
 trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
@@ -437,6 +439,7 @@ def main(argv):
         raise UserError(f"trainer must be 'grpo' or 'spin', got {C.trainer!r}")
     if C.judge_recipe not in FRESH_JUDGE_FIGURES:
         raise UserError(f"judge_recipe must be one of {sorted(FRESH_JUDGE_FIGURES)}, got {C.judge_recipe!r}")
+    select_args(C)  # a selection pass without held-out tokens fails here, before anything is written
     try:
         temps = sorted({float(t) for t in C.control_temperatures.split(',')})
     except ValueError:
@@ -568,7 +571,11 @@ def reward_recipe(C):
 
 def select_args(C):
     """base v1's and the MLE control's selection split (none given: val, and a run made before keeps its stages)"""
-    return [f'--select_tokens={C.base_select_tokens}'] if C.base_select_tokens else []
+    if not C.base_select_tokens:
+        if C.base_select_pass:
+            raise UserError("base_select_pass reads the held-out train tokens: give them with --base_select_tokens=N")
+        return []
+    return [f'--select_tokens={C.base_select_tokens}'] + (['--select_pass=True'] if C.base_select_pass else [])
 
 
 def matched_perplexity(base_path, data_dir, device, temperature):
@@ -617,7 +624,8 @@ def mle_args(C, base, flops, seed):
     iters = max(1, math.ceil(flops / per_iter))
     return iters, [
         f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
-        '--decay_lr=False', f'--learning_rate={C.base_learning_rate / 10}', '--always_save_checkpoint=False',
+        '--decay_lr=False', f'--learning_rate={C.mle_learning_rate or C.base_learning_rate / 10}',
+        '--always_save_checkpoint=False',
         f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
         f'--seed={seed}'] + select_args(C)
 

@@ -66,6 +66,9 @@ min_delta = 0.0
 # >0: the last select_tokens tokens of train.bin are held out of training, and early stopping and the kept checkpoint
 # read their loss instead of val's, so that val (every reported figure's split) never chooses a checkpoint
 select_tokens = 0
+# with select_tokens: read the select loss over the whole held-out pass instead of eval_iters random batches, whose
+# noise (0.02-0.04 between evaluations at 20 batches) is as large as a plateau's slope
+select_pass = False
 # held-out perplexity over the whole val split (or its first ppl_max_tokens tokens)
 ppl_max_tokens = 0  # 0: the whole split
 # when: 'every_eval', 'end' (only at the evaluation that ends the run) or 'off' (as nanoGPT; eval_only still reports it)
@@ -159,6 +162,11 @@ def main(argv):
         raise UserError(f"--select_tokens={C.select_tokens} must leave more than two blocks ({C.block_size} tokens "
                         f"each) both to select on and to train on in {n_train:,} train tokens; set 0 to select on val")
     select_split = 'select' if C.select_tokens else 'val'  # the split that early stopping and the checkpoint read
+    if C.select_pass and not C.select_tokens:
+        raise UserError("--select_pass=True reads the held-out train tokens: give them with --select_tokens=N")
+
+    def held_out_train():
+        return np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')[n_train - C.select_tokens:]
 
     def get_batch(split):
         # recreate the memmap every batch to avoid a memory leak (as nanoGPT does)
@@ -200,6 +208,10 @@ def main(argv):
         out = {}
         model.eval()
         for split in dict.fromkeys(('train', 'val', select_split)):
+            if split == 'select' and C.select_pass:
+                out[split] = evaluate_perplexity(raw_model, held_out_train(), C.block_size, max(C.batch_size, 32),
+                                                 ctx=rt.ctx)[0]
+                continue
             losses = torch.zeros(C.eval_iters)
             for k in range(C.eval_iters):
                 X, Y = get_batch(split)

@@ -492,6 +492,9 @@ def setup(C, rt):
         given = '--judge_loss=binary' if C.judge_loss else f"{C.reward_model_path} was trained with loss=binary"
         raise UserError(f"{given}: online, a binary judge learns natural windows against the rollouts: pass "
                         f"--judge_natural_windows=M" + ('' if C.judge_loss else " (or another --judge_loss)"))
+    if run.judge_loss_kind == 'ranking' and C.judge_update_interval:
+        raise UserError(f"{C.reward_model_path} was trained by ranking NCE, which the online update does not play: "
+                        f"pass --judge_loss=binary --judge_natural_windows=M (or pairwise), or keep it frozen")
     run.judge_opt, run.judge_gen, run.replay = None, None, deque(maxlen=C.judge_replay + 1)
     run.judge_trunk = C.judge_unfreeze_layers != 0  # it learns from token ids, not from cached features
     if C.judge_update_interval and not run.ngram:

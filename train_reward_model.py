@@ -31,7 +31,7 @@ from tqdm import tqdm
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from judge import (PAIRED_LOSSES, compute_features, freeze_trunk, judge_loss, pair_accuracy, pairwise_loss,
-                   reward_metrics)
+                   ranking_loss, reward_metrics)
 from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, sequence_probs, update_checkpoint
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
@@ -46,8 +46,10 @@ init_from = 'base'  # 'base' (fresh head on model_path's trunk), 'random' (model
 reward_head_hidden_dim = 256
 reward_pooling = 'last'  # head input: 'last' token's final state (the seed's design), 'mean' over positions, 'token'
 unfreeze_layers = 0  # 0: frozen trunk (cached features); k: also train the last k blocks and ln_f; -1: everything
-loss = 'mse'  # 'mse', 'ce' (cross-entropy against the soft label), 'pairwise' (Bradley-Terry, natural vs sample) or
-# 'binary' (cross-entropy of each sample against its label and of its natural block against [1, 0]: whole windows)
+loss = 'mse'  # 'mse', 'ce' (cross-entropy against the soft label), 'pairwise' (Bradley-Terry, natural vs sample),
+# 'binary' (cross-entropy of each sample against its label and of its natural block against [1, 0]: whole windows) or
+# 'ranking' (ranking NCE: each natural block against all its samples at once, with --crossover_k data of K a block)
+bidirectional = False  # every position attends both ways (an energy net); whole-window pooling only
 batch_size = 64
 learning_rate = 1e-3
 weight_decay = 0.0
@@ -70,8 +72,11 @@ DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, t
 
 
 def check_config(C):
-    if C.loss not in ('mse', 'ce', 'pairwise', 'binary'):
-        raise UserError(f"loss must be 'mse', 'ce', 'pairwise' or 'binary', got {C.loss!r}")
+    if C.loss not in ('mse', 'ce', 'pairwise', 'binary', 'ranking'):
+        raise UserError(f"loss must be 'mse', 'ce', 'pairwise', 'binary' or 'ranking', got {C.loss!r}")
+    if C.bidirectional and C.reward_pooling == 'token':
+        raise UserError("--bidirectional=True lets every position see the whole window, so per-position labels would "
+                        "leak: use --reward_pooling=mean or last")
     if C.init_from not in ('base', 'random', 'resume'):
         raise UserError(f"init_from must be 'base', 'random' or 'resume', got {C.init_from!r}")
     if C.init_from != 'resume' and not C.model_path:
@@ -95,6 +100,10 @@ def load_judge(C, rt):
         raise UserError(f"loss={C.loss!r} needs each sample's natural block, which {C.data_dir} (format "
                         f"{train_ds.metadata.get('format_version', '1')}) lacks: re-create it with "
                         f"prepare_reward_data.py")
+    for ds in (train_ds, val_ds) if C.loss == 'ranking' else ():
+        if ds.num_samples % ds.samples_per_chunk:
+            raise UserError(f"loss='ranking' reads every block's samples together, but {ds.split} holds "
+                            f"{ds.num_samples} samples of {ds.samples_per_chunk} a block: re-create {C.data_dir}")
     if N > src['model_args']['block_size']:
         raise UserError(f"reward data block size {N} exceeds the model's {src['model_args']['block_size']}")
     if not -1 <= C.unfreeze_layers <= src['model_args']['n_layer']:
@@ -103,7 +112,8 @@ def load_judge(C, rt):
     head = src['model_args'] if C.init_from == 'resume' else vars(C)  # a resumed head keeps its own shape
     model = GPT.from_checkpoint(src, mode='reward', device=rt.device,
                                 reward_head_hidden_dim=head['reward_head_hidden_dim'],
-                                reward_pooling=head.get('reward_pooling', 'last'))
+                                reward_pooling=head.get('reward_pooling', 'last'),
+                                bidirectional=head.get('bidirectional', False))
     if C.init_from == 'random':  # the same shape, none of the base's weights (seeded by setup_runtime)
         model = GPT(model.config).to(rt.device)
     freeze_trunk(model, C.unfreeze_layers)
@@ -137,6 +147,30 @@ def resume_from(src, optimizer, stopper):
     return src['iter_num'], src['best_val_loss']
 
 
+def loss_of(kind, probs, natural_probs, y):
+    """The judge's loss on a batch: probs of its samples, natural_probs of their natural blocks (paired losses)."""
+    if kind == 'binary':  # the natural blocks are samples too, every position natural
+        natural_y = y.new_tensor([[1.0, 0.0]]).expand_as(y)
+        return judge_loss(torch.cat([probs, natural_probs]), torch.cat([y, natural_y]), 'ce')
+    if kind == 'ranking':
+        return ranking_loss(natural_probs, probs)
+    return pairwise_loss(natural_probs, probs) if kind == 'pairwise' else judge_loss(probs, y, kind)
+
+
+def pair_wins(natural_probs, probs):
+    """How many samples the judge ranks below their own natural block (ranking reads each block once: repeated)."""
+    if natural_probs is None:
+        return 0.0
+    return pair_accuracy(natural_probs.repeat_interleave(len(probs) // len(natural_probs), 0), probs) * len(probs)
+
+
+def batch_rows(perm, slot, units_per_batch, group):
+    """The rows of one rank's batch: the slot-th run of units_per_batch units of the permutation, a unit being a
+    sample, or for ranking a block's `group` samples."""
+    units = perm[slot * units_per_batch:][:units_per_batch]
+    return (units[:, None] * group + np.arange(group)).ravel()
+
+
 def figures_line(iter_num, val_loss, m):
     if m['baseline_mse'] == 0 and 'pair_accuracy' in m:  # one crossover for all (--crossover_k): R² says nothing
         return f"iter {iter_num}: val loss {val_loss:.5f} | pair accuracy {m['pair_accuracy']:.3f}"
@@ -166,6 +200,8 @@ def main(argv):
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     src, tokenization, train_ds, val_ds, model = load_judge(C, rt)
     N, pairwise = train_ds.block_size, C.loss in PAIRED_LOSSES  # pairs: each sample and its natural block
+    group = train_ds.samples_per_chunk if C.loss == 'ranking' else 1  # ranking trains on whole blocks
+    units_per_batch = max(1, C.batch_size // group)
     trunk_before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
     cached = C.unfreeze_layers == 0 and C.use_feature_cache
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
@@ -191,37 +227,33 @@ def main(argv):
         rows = np.sort(np.asarray(rows))
         y = torch.from_numpy(np.array(ds.y[rows])).to(rt.device)
         module = trained if training else train_module
+        blocks = rows // ds.samples_per_chunk  # each row's natural block; ranking reads each block once
+        blocks = np.unique(blocks) if C.loss == 'ranking' else blocks
         if cached:
             inputs = feats[torch.from_numpy(rows).to(rt.device)]
             if pairs:
-                blocks = torch.from_numpy(rows // ds.samples_per_chunk).to(rt.device)
-                inputs = torch.cat([inputs, natural_feats[ds.split][blocks]])
+                inputs = torch.cat([inputs, natural_feats[ds.split][torch.from_numpy(blocks).to(rt.device)]])
             out = module(inputs)
         else:
-            x = np.concatenate([ds.x[rows], ds.natural_of(rows)]) if pairs else ds.x[rows]
+            x = np.concatenate([ds.x[rows], ds.natural[blocks]]) if pairs else ds.x[rows]
             x = torch.from_numpy(x.astype(np.int64)).to(rt.device)
             flops += model.flops_per_token(backward=training) * len(x) * N * (rt.world_size if training else 1)
             with rt.ctx:
                 out = module(x, per_token=True)[0].float()
         return out[:len(rows)], (out[len(rows):] if pairs else None), y
 
-    def loss_of(probs, natural_probs, y):
-        if C.loss == 'binary':  # the natural blocks are samples too, every position natural
-            natural_y = y.new_tensor([[1.0, 0.0]]).expand_as(y)
-            return judge_loss(torch.cat([probs, natural_probs]), torch.cat([y, natural_y]), 'ce')
-        return pairwise_loss(natural_probs, probs) if C.loss == 'pairwise' else judge_loss(probs, y, C.loss)
-
     @torch.no_grad()
     def evaluate(rows):
         """Loss and metrics on the given val rows (the selection or the test half)."""
         model.eval()
         p, losses, wins = [], 0.0, 0.0
-        for i in range(0, len(rows), C.feature_batch_size):
-            probs, natural_probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + C.feature_batch_size],
-                                              False, pairs=val_ds.natural is not None)
-            losses += loss_of(probs, natural_probs, y).item() * len(y)
+        chunk = max(group, C.feature_batch_size // group * group)  # whole blocks for ranking
+        for i in range(0, len(rows), chunk):
+            probs, natural_probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + chunk], False,
+                                              pairs=val_ds.natural is not None)
+            losses += loss_of(C.loss, probs, natural_probs, y).item() * len(y)
             p.append(sequence_probs(probs)[:, 0].cpu().numpy())
-            wins += pair_accuracy(natural_probs, probs) * len(y) if natural_probs is not None else 0.0
+            wins += pair_wins(natural_probs, probs)
         model.train(train_mode)
         m = reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
         if val_ds.natural is not None:  # every judge, pointwise or not, ranks each sample against its natural block
@@ -246,7 +278,7 @@ def main(argv):
                             selection_metrics=m, data_block_size=N, early_stopping=stopper.state_dict())
 
     gen = torch.Generator().manual_seed(C.seed)  # one permutation, which the ranks slice: one process's batches
-    steps_per_epoch = max(1, len(train_ds) // (C.batch_size * rt.world_size))
+    steps_per_epoch = max(1, len(train_ds) // group // (units_per_batch * rt.world_size))
     bar = tqdm(total=min(C.max_iters, C.max_epochs * steps_per_epoch or C.max_iters), initial=iter_num,
                desc='reward head', disable=not rt.master, dynamic_ncols=True, mininterval=2.0)
     train_mode = C.unfreeze_layers != 0  # a frozen trunk runs in eval mode, exactly as its cached features were made
@@ -255,7 +287,7 @@ def main(argv):
     while True:
         if step == steps_per_epoch:  # a new pass over the train split
             epoch, step = epoch + 1, 0
-            perm = torch.randperm(len(train_ds), generator=gen).numpy()
+            perm = torch.randperm(len(train_ds) // group, generator=gen).numpy()
         done_by = 'max_iters' if iter_num >= C.max_iters else \
             'max_epochs' if C.max_epochs and epoch >= C.max_epochs else None
         if rt.master and (iter_num % C.eval_interval == 0 or done_by):
@@ -265,9 +297,9 @@ def main(argv):
         stop_reason = done_by or stop_reason
         if broadcast_stop(done_by is not None, rt):
             break
-        rows = perm[(step * rt.world_size + rt.rank) * C.batch_size:][:C.batch_size]
+        rows = batch_rows(perm, step * rt.world_size + rt.rank, units_per_batch, group)
         probs, natural_probs, y = predict(train_ds, train_feats if cached else None, rows, True, pairs=pairwise)
-        loss_t = loss_of(probs, natural_probs, y)
+        loss_t = loss_of(C.loss, probs, natural_probs, y)
         optimizer.zero_grad(set_to_none=True)
         loss_t.backward()
         if C.grad_clip:
@@ -281,7 +313,7 @@ def main(argv):
     if rt.master:
         if best_metrics:  # the saved (best) checkpoint gets the compute of the whole run
             update_checkpoint(C.out_path, flops=flops)
-        summarize(C, model, trunk_before, iter_num, iter_num * C.batch_size * rt.world_size / len(train_ds),
+        summarize(C, model, trunk_before, iter_num, iter_num * units_per_batch * group * rt.world_size / len(train_ds),
                   time.time() - t0, stop_reason, best_metrics, (select_rows, test_rows), N)
     tracker.close()
     rt.close()

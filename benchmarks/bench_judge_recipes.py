@@ -12,6 +12,11 @@ given the same sampled windows and passes over them:
   per-prefix   the same windows, every position labelled (natural before the 8-token prompt's end, then synthetic),
                token pooling, every weight trained: a judge of every prefix, read also by its next-token law's
                perplexity (tilt.judge_law_cross_entropy);
+  bidirectional  the window recipe with every position attending both ways (--bidirectional=True: the energy net
+               of Deng et al. 2020 and Lin et al. 2021), which reads what a causal trunk cannot;
+  ranking      ranking NCE (Lin et al. 2021): each natural train window against --negatives of the base's
+               continuations of its 8-token prompt at once (the generator's samples are cheap), the window recipe's
+               network otherwise;
   n-gram       the two-sample test's classifier (judge.NgramJudge) fit on the same windows' completions;
   combined     its features beside the GPT's (the base's final states, mean-pooled and standardised), one logistic
                regression on both.
@@ -19,7 +24,7 @@ Beside them, the MLE control given the largest recipe's FLOPs (run_cycles.mle_st
 kept) and its exact log-ratio: what the same compute buys as next-token training, in the same nats.
 
   python benchmarks/bench_judge_recipes.py --run runs/base [--windows 10000] [--epochs 2] [--num_samples 1000]
-      [--law_windows 100] [--seed 1337]
+      [--law_windows 100] [--seed 1337] [--negatives 8] [--recipes crossover,window,...]
 
 Everything is written under RUN/recipes (reused by a rerun).
 """
@@ -54,14 +59,20 @@ RECIPES = {
     'window': ('window', ['--reward_pooling=mean', '--unfreeze_layers=-1', '--loss=binary', '--learning_rate=3e-4']),
     'per-prefix': ('window', ['--reward_pooling=token', '--unfreeze_layers=-1', '--loss=binary',
                               '--learning_rate=3e-4']),
+    'bidirectional': ('window', ['--reward_pooling=mean', '--unfreeze_layers=-1', '--loss=binary',
+                                 '--learning_rate=3e-4', '--bidirectional=True']),
+    'ranking': ('negatives', ['--reward_pooling=mean', '--unfreeze_layers=-1', '--loss=ranking',
+                              '--learning_rate=3e-4']),
 }
 
 
-def make_data(kind, base, data_dir, out, windows, seed, exclude):
-    """The sampled windows of a recipe: crossovers (4 a block) or whole windows (an 8-token prompt each), none of
-    whose val blocks is an evaluation window (exclude: their number and seed)."""
+def make_data(kind, base, data_dir, out, windows, seed, exclude, negatives):
+    """The sampled windows of a recipe: crossovers (4 a block), whole windows (an 8-token prompt each) or
+    `negatives` continuations of each window's prompt, none of whose val blocks is an evaluation window (exclude:
+    their number and seed)."""
     if not os.path.isdir(out):
-        blocks, per, k = (windows // 4, 4, 0) if kind == 'crossover' else (windows, 1, PROMPT_LEN)
+        blocks, per, k = (windows // 4, 4, 0) if kind == 'crossover' else \
+            (windows, negatives if kind == 'negatives' else 1, PROMPT_LEN)
         with contextlib.redirect_stdout(sys.stderr):
             prepare_reward_data.main(reward_data_cmd(base, data_dir, out + '.partial', blocks, per, seed, 'auto',
                                                      crossover_k=k, exclude_eval=exclude)[1:])
@@ -118,7 +129,12 @@ def main():
     p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--law_windows', type=int, default=100)
     p.add_argument('--seed', type=int, default=1337)
+    p.add_argument('--negatives', type=int, default=8, help="the ranking recipe's continuations a natural window")
+    p.add_argument('--recipes', default=','.join(RECIPES), help="the GPT recipes to train and read, comma-separated")
     A = p.parse_args()
+    recipes = A.recipes.split(',')
+    if set(recipes) - set(RECIPES) or A.negatives < 1:
+        p.error(f"--recipes takes some of {','.join(RECIPES)} and --negatives at least 1")
     t0 = time.time()
     cfg = json.load(open(os.path.join(A.run, 'config.json')))
     base_path, work = os.path.join(A.run, 'base_model_v1.pt'), os.path.join(A.run, 'recipes')
@@ -134,17 +150,21 @@ def main():
     len_completion = natural.shape[1] - PROMPT_LEN
     law_natural = natural[:A.law_windows]
     base_law = np.exp(np.mean(-completion_logprob(base, law_natural, PROMPT_LEN) / len_completion))
-    data_flops = {kind: make_data(kind, base_path, data_dir, os.path.join(work, f'data_{kind}'), A.windows, A.seed,
-                                (A.num_samples, A.seed))
-                  for kind in ('crossover', 'window')}
+    kinds = dict.fromkeys(['window'] + [RECIPES[name][0] for name in recipes])  # the n-gram judges read 'window'
+    tag = {kind: kind + (str(A.negatives) if kind == 'negatives' else '') for kind in kinds}  # data_negatives8
+    data_flops = {kind: make_data(kind, base_path, data_dir, os.path.join(work, f'data_{tag[kind]}'), A.windows,
+                                A.seed, (A.num_samples, A.seed), A.negatives)
+                  for kind in kinds}
     lines, spent = [], {}
-    for name, (kind, options) in RECIPES.items():
-        path = os.path.join(work, f'judge_{name}.pt')
+    for name in recipes:
+        kind, options = RECIPES[name]
+        path = os.path.join(work, f"judge_{name}{A.negatives if kind == 'negatives' else ''}.pt")
         if not os.path.exists(path):
+            data = os.path.join(work, f'data_{tag[kind]}')
             with contextlib.redirect_stdout(sys.stderr):
-                train_reward_model.main(reward_model_cmd(base_path, os.path.join(work, f'data_{kind}'), path, A.seed,
-                                                         'auto', options + [f'--max_epochs={A.epochs}',
-                                                                            '--max_iters=100000', '--patience=8'])[1:])
+                train_reward_model.main(reward_model_cmd(base_path, data, path, A.seed, 'auto',
+                                                         options + [f'--max_epochs={A.epochs}', '--max_iters=100000',
+                                                                    '--patience=8'])[1:])
         judge = GPT.from_checkpoint(path)
         spent[name] = data_flops[kind] + load_checkpoint(path)['flops']
         law = None
@@ -160,11 +180,12 @@ def main():
     combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base)
     lines.append(row("combined (n-gram + the base's features)", combined(natural), combined(samples),
                      data_flops['window'] + pass_flops, A.seed, len_completion)[0])
-    mle = GPT.from_checkpoint(mle_control(cfg, base_path, max(spent.values()),
-                                          os.path.join(work, 'mle_at_recipe_flops.pt'), cfg['seed'] + 1))
+    most = max(spent.values())  # the MLE control's file is named by its budget: reused only at the same FLOPs
+    mle = GPT.from_checkpoint(mle_control(cfg, base_path, most, os.path.join(work, f'mle_at_{most:.4g}_flops.pt'),
+                                          cfg['seed'] + 1))
     f_nat = completion_logprob(mle, natural, PROMPT_LEN) - completion_logprob(base, natural, PROMPT_LEN)
     f_smp = completion_logprob(mle, samples, PROMPT_LEN) - completion_logprob(base, samples, PROMPT_LEN)
-    mle_line, _ = row('MLE control, exact log-ratio', f_nat, f_smp, max(spent.values()), A.seed, len_completion)
+    mle_line, _ = row('MLE control, exact log-ratio', f_nat, f_smp, most, A.seed, len_completion)
     print(f"\n{A.windows} sampled windows a recipe, {A.epochs} epochs; read on {A.num_samples} natural val windows "
           f"against as many base samples, {len_completion} tokens written; base perplexity on the law's "
           f"{A.law_windows} windows {base_law:.3f}\n"

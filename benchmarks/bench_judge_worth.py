@@ -51,8 +51,8 @@ def main():
     with torch.no_grad():
         samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN,
                                 generator=torch.Generator().manual_seed(a.seed))
-    print(f"| judge | DV, nats a window [95%] | its scale | DV at scale 1 | log E_base[e^f] (0 for an exact ratio) "
-          f"| exact cross-entropy gap |\n|---|---|---|---|---|---|")
+    print("| judge | DV, nats a window [95%] | its scale | DV at scale 1 | log E_base[e^f] (0 for an exact ratio) "
+          "| exact cross-entropy gap |\n|---|---|---|---|---|---|")
     print(row('constant', np.zeros(len(natural)), np.zeros(len(samples)), a.seed))
     base_natural, base_samples = (completion_logprob(base, w, PROMPT_LEN) for w in (natural, samples))
     for path in filter(None, a.better.split(',')):

@@ -105,7 +105,7 @@ def main():
     print('| two-sample test | AUC ± sd |\n|---|---|')
     for name, r in c2st.items():
         print(f"| {name} | {r['c2st_auc']:.3f} ± {r['c2st_auc_sd']:.3f} |")
-    print(f"\n| judge, read on | referee texts: sight ± sd | in-domain texts |\n|---|---|---|")
+    print("\n| judge, read on | referee texts: sight ± sd | in-domain texts |\n|---|---|---|")
     for label, figures in ((f'n-gram, fitted on {n_fit} + {n_fit} train-domain texts', sight),
                            (a.reward_model, gpt_sight)):
         if figures:

@@ -42,8 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import prompts_and_splits  # noqa: E402
-from shared import mle_control  # noqa: E402
-from tilt import completion_logprob  # noqa: E402
+from shared import mle_control, window_ce  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect, share_interval, sweep_parts  # noqa: E402
 
@@ -77,12 +76,6 @@ def sampler_entropy(model, prompts, length, temperature, top_k, seed):
     gen = torch.Generator().manual_seed(seed)
     return float(model.generate(prompts, length - prompts.shape[1], temperature, top_k, generator=gen,
                                 entropy=True)[1].double().mean())
-
-
-@torch.no_grad()
-def window_ce(model, windows, temperature):
-    """Each window's mean next-token cross-entropy (nats, float64) under model at this temperature, in fp32."""
-    return -completion_logprob(model, windows, 1, temperature) / (windows.shape[1] - 1)
 
 
 def seed_windows(arm_path, seed, n):

@@ -5,7 +5,10 @@ import shutil
 import subprocess
 import sys
 
+import torch
+
 from model import GPT, GPTConfig
+from tilt import completion_logprob
 
 # the shape of the default char model (config/train_shakespeare_char.py)
 DEFAULT_SHAPE = dict(block_size=256, vocab_size=84, n_layer=4, n_head=4, n_embd=128)
@@ -36,3 +39,9 @@ def mle_control(cfg, base, flops, out, seed):
         shutil.move(os.path.join(work, 'ckpt.pt'), out)
         shutil.rmtree(work)
     return out
+
+
+@torch.no_grad()
+def window_ce(model, windows, temperature=1.0):
+    """Each window's mean next-token cross-entropy (nats, float64) under model at this temperature, in fp32."""
+    return -completion_logprob(model, windows, 1, temperature) / (windows.shape[1] - 1)

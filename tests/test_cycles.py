@@ -453,3 +453,5 @@ def test_the_whole_window_fresh_judges_reach_the_evaluations_and_the_report():
     r = run_script('run_cycles.py', '--judge_recipe=windows', '--out_dir=/nonexistent/x')
     assert r.returncode == 2 and "judge_recipe must be one of ['crossover', 'window']" in r.stderr
     assert 'Traceback' not in r.stderr and not os.path.exists('/nonexistent/x')
+    r = run_script('run_cycles.py', '--base_select_pass=True', '--base_select_tokens=0', '--out_dir=/nonexistent/x')
+    assert r.returncode == 2 and '--base_select_tokens=N' in r.stderr and not os.path.exists('/nonexistent/x')

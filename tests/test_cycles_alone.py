@@ -29,11 +29,12 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     """trainer='spin': no judge stages; SPIN writes each new base (cycle 2 playing partly against base v1), every
     version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs.
     base_select_tokens (any trainer): base v1 and the MLE control both keep the checkpoint that the last N train
-    tokens choose, held out of their training, so val chooses nothing; the verdict and report say so."""
+    tokens choose, held out of their training, so val chooses nothing, read whole with base_select_pass; the verdict
+    and report say so."""
     out = tmp_path / 'spin'
     stdout = cycles(out, char_data, '--num_cycles=2', '--trainer=spin', '--spin_max_steps=3', '--spin_batch_size=4',
                     '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--judge_seeds=1', '--tensorboard_log=True',
-                    '--base_select_tokens=2000')
+                    '--base_select_tokens=2000', '--base_select_pass=True')
     assert 'finished: num_cycles (2)' in stdout
     assert not any(s.startswith(('cycle 1: reward', 'cycle 1: GRPO')) for s in stages_run(stdout))
     assert 'cycle 2: SPIN -> base v3' in stages_run(stdout)
@@ -51,6 +52,7 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     for name in ('base_model_v1.pt', 'mle_v2.pt', 'mle_v3.pt'):
         ckpt = load_checkpoint(str(out / name))
         assert ckpt['config']['select_tokens'] == 2000 and ckpt['best_val_loss'] == ckpt['metrics']['select_loss']
+        assert ckpt['config']['select_pass']
     assert v['mle_select_tokens'] == 2000
     assert_consistent(out)
     # tracking on: each trainer stage its own TensorBoard folder under the run's, with the trainer's own keys

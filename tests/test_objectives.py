@@ -1,6 +1,7 @@
 """The rewards' one home (rewards.py) and the objectives whose fixed point is the judge's tilt: the KL inside the
 reward, distribution matching (dpg, resample_mle) and the judge as a next-token teacher, on known cases."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -289,6 +290,32 @@ def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt,
     assert not same_weights(tmp_path / 'mle.pt', base)
 
 
+def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path, char_ckpt, char_data):
+    """bench_plateau.py: one MLE control a seed and a held learning rate (0: the cycle's rule, the base's final one;
+    run_cycles.mle_learning_rate otherwise), each read against the base on the seed's own windows, and a line that
+    says whether the base is at its plateau; a folder without a base is a one-line error."""
+    import json
+    import shutil
+    from conftest import ROOT
+    run = tmp_path / 'run'
+    run.mkdir()
+    shutil.copy(char_ckpt, run / 'base_model_v1.pt')
+    cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
+               base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False)
+    (run / 'config.json').write_text(json.dumps(cfg))
+    flops = 4 * GPT.from_checkpoint(char_ckpt).flops_per_token(backward=True) * 8 * 32
+    r = run_script(os.path.join(ROOT, 'benchmarks', 'bench_plateau.py'), '--run', str(run), '--flops', str(flops),
+                   '--seeds', '1,2,3', '--learning_rates', '0,1e-5', '--ppl_windows', '10')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count('**over 3 seeds**') == 2 and re.search(r'plateau: (yes|no) \(the MLE control reads', r.stdout)
+    for lr, held in (('0', 3e-4), ('1e-05', 1e-5)):
+        for seed in (1, 2, 3):
+            control = load_checkpoint(str(run / 'plateau' / f'mle_lr{lr}_s{seed}.pt'))
+            assert control['config']['learning_rate'] == pytest.approx(held) and control['config']['seed'] == seed
+    r = run_script(os.path.join(ROOT, 'benchmarks', 'bench_plateau.py'), '--run', str(tmp_path), '--flops', '1')
+    assert r.returncode == 2 and 'lacks base_model_v1.pt' in r.stderr and 'Traceback' not in r.stderr
+
+
 def test_the_shuffled_judge_control_plays_the_same_rewards_on_other_texts(judge_case, char_ckpt):
     """--reward_shuffle: each step's rewards permuted across its rollouts. The first step's rollouts are the arm's
     (the same seed), so its rewards have the same mean and spread, but each sits on another text: the policy moves
@@ -426,3 +453,33 @@ def test_the_share_carries_the_worths_uncertainty():
     assert share_text(0.10, 0.06, 0.05, [-0.03, 0.14]).startswith('not defined')
     assert share_text(0.3, 0.1, 1.5, [1.5, 1.5]) == '20% [13%, 27%]'
     assert share_text(0.3, np.inf, 1.5, [1.4, 1.6]).startswith('20% (no bounded interval')
+
+
+def test_the_judge_recipes_benchmark_reads_the_new_recipes_in_nats(tmp_path, char_ckpt, char_data):
+    """bench_judge_recipes.py --recipes: only the named GPT recipes are trained, the ranking one on --negatives
+    continuations of each window's prompt (its data named by K), each read in nats beside the n-gram judges and an MLE
+    control named by its FLOPs; an unknown recipe is a one-line error."""
+    import json
+    import shutil
+    from conftest import ROOT
+    from reward_dataset_loader import RewardDataset
+    run = tmp_path / 'run'
+    run.mkdir()
+    shutil.copy(char_ckpt, run / 'base_model_v1.pt')
+    cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
+               base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False,
+               seed=1)
+    (run / 'config.json').write_text(json.dumps(cfg))
+    script = os.path.join(ROOT, 'benchmarks', 'bench_judge_recipes.py')
+    r = run_script(script, '--run', str(run), '--windows', '24', '--epochs', '1', '--num_samples', '16',
+                   '--law_windows', '4', '--recipes', 'bidirectional,ranking', '--negatives', '3')
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [line.split(' | ')[0].lstrip('| ') for line in r.stdout.splitlines() if line.startswith('| ')][1:]
+    assert rows[:2] == ['bidirectional', 'ranking'] and rows[-1] == 'MLE control, exact log-ratio', rows
+    work = run / 'recipes'
+    assert GPT.from_checkpoint(str(work / 'judge_bidirectional.pt')).config.bidirectional
+    assert load_checkpoint(str(work / 'judge_ranking3.pt'))['config']['loss'] == 'ranking'
+    assert RewardDataset(str(work / 'data_negatives3'), 'train').samples_per_chunk == 3
+    assert not (work / 'judge_window.pt').exists() and len(list(work.glob('mle_at_*_flops.pt'))) == 1
+    r = run_script(script, '--run', str(run), '--recipes', 'windows')
+    assert r.returncode == 2 and '--recipes takes some of' in r.stderr and 'Traceback' not in r.stderr

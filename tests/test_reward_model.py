@@ -284,3 +284,65 @@ def test_whole_window_judge_learns_natural_windows_from_continuations(tmp_path, 
                    '--crossover_k', '32')
     assert r.returncode == 2 and '--crossover_k must be below the block size 32' in r.stderr
     assert 'Traceback' not in r.stderr and not (tmp_path / 'x').exists()
+
+
+def test_a_bidirectional_judge_reads_every_token_from_every_position():
+    """bidirectional=True: the first position's state moves when the last token changes (a causal trunk's cannot),
+    while a generator stays causal: its logits before the changed token are untouched. Only whole-window judges may
+    attend both ways."""
+    from model import GPTConfig
+    torch.manual_seed(0)
+    shape = dict(n_layer=2, n_head=2, n_embd=16, block_size=12, vocab_size=11)
+    x = torch.randint(0, 11, (2, 12))
+    edited = x.clone()
+    edited[:, -1] = (edited[:, -1] + 1) % 11
+    for bidirectional in (False, True):
+        judge = GPT(GPTConfig(**shape, mode='reward', reward_pooling='mean', bidirectional=bidirectional)).eval()
+        with torch.no_grad():
+            moved = (judge.hidden_states(x)[:, 0] - judge.hidden_states(edited)[:, 0]).abs().max().item()
+        assert (moved > 1e-4) == bidirectional, (bidirectional, moved)
+    generator = GPT(GPTConfig(**shape)).eval()
+    with torch.no_grad():
+        a, b = generator(x, all_logits=True)[0], generator(edited, all_logits=True)[0]
+    assert torch.equal(a[:, :-1], b[:, :-1]) and not torch.equal(a[:, -1], b[:, -1])
+    for bad in (dict(mode='generator'), dict(mode='reward', reward_pooling='token')):
+        with pytest.raises(ValueError, match='whole-window judges'):
+            GPT(GPTConfig(**shape, bidirectional=True, **bad))
+
+
+def test_ranking_loss_matches_hand_computation():
+    """Ranking NCE: -log softmax over [D(natural), D(its K samples)] with the natural first; K = 1 is Bradley-Terry,
+    and a constant added to one group's scores changes nothing."""
+    from judge import ranking_loss
+    natural = torch.tensor([[0.8, 0.2], [0.3, 0.7]])
+    samples = torch.tensor([[0.5, 0.5], [0.6, 0.4], [0.9, 0.1], [0.2, 0.8]])  # two a block
+    d = lambda p: math.log(p[0] / p[1])  # noqa: E731
+    by_hand = 0.0
+    for g in range(2):
+        scores = [d(natural[g])] + [d(samples[2 * g + j]) for j in range(2)]
+        by_hand += -(scores[0] - math.log(sum(math.exp(s) for s in scores))) / 2
+    assert ranking_loss(natural, samples).item() == pytest.approx(by_hand, rel=1e-5)
+    assert ranking_loss(natural, samples[::2]).item() == pytest.approx(pairwise_loss(natural, samples[::2]).item())
+
+
+def test_ranking_judge_learns_from_many_samples_a_window(tmp_path, char_ckpt, char_data, noise_gen):
+    """--crossover_k 4 with 4 samples a block: loss=ranking trains each natural window against its block's 4
+    continuations at once, frozen (cached features) or bidirectional with every weight, and ranks held-out natural
+    windows first; a bidirectional per-token judge, or co-training a ranking judge online, is a one-line error."""
+    from conftest import prepare_reward
+    prepare_reward(noise_gen, tmp_path / 'rd', '--max_blocks', '30', '--samples_per_chunk', '4', '--crossover_k', '4',
+                   data=char_data)
+    for name, extra in (('frozen', ()), ('bidirectional', ('--bidirectional=True', '--unfreeze_layers=-1'))):
+        train_rm(char_ckpt, tmp_path / 'rd', tmp_path / f'{name}.pt', '--max_iters=120', '--loss=ranking',
+                 '--learning_rate=3e-3', '--reward_pooling=mean', *extra)
+        m = load_checkpoint(str(tmp_path / f'{name}.pt'))
+        assert m['metrics']['pair_accuracy'] > 0.9, (name, m['metrics'])
+        assert m['model_args']['bidirectional'] == (name == 'bidirectional')
+    assert GPT.from_checkpoint(str(tmp_path / 'bidirectional.pt')).config.bidirectional
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', f'--reward_model_path={tmp_path / "frozen.pt"}',
+                   f'--dataset={char_data}', f'--out_path={tmp_path / "p.pt"}', '--device=cpu', '--max_steps=1',
+                   '--judge_update_interval=1')  # its online update is not built: a one-line error
+    assert r.returncode == 2 and 'ranking NCE' in r.stderr and not (tmp_path / 'p.pt').exists()
+    r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={tmp_path / "rd"}',
+                   f'--out_path={tmp_path / "x.pt"}', '--device=cpu', '--bidirectional=True', '--reward_pooling=token')
+    assert r.returncode == 2 and 'per-position labels would leak' in r.stderr and 'Traceback' not in r.stderr

@@ -215,3 +215,18 @@ def test_select_tokens_choose_the_checkpoint_instead_of_val(tmp_path, char_data)
     assert 'select loss' in on_select.stdout and kept['metrics']['select_loss'] == kept['best_val_loss']
     r = run_script('train.py', f'--dataset={data}', *TINY_MODEL, '--select_tokens=50')
     assert r.returncode == 2 and '--select_tokens=50 must leave' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_select_pass_reads_the_whole_held_out_tail(tmp_path, char_data):
+    """--select_pass: the select loss is the mean cross-entropy of one whole pass over the held-out tail of train.bin
+    (the kept checkpoint's own figure, recomputed here), not a few random batches; without select_tokens it is a
+    one-line error."""
+    out = tmp_path / 'run'
+    train_tiny(char_data, str(out), '--max_iters=20', '--eval_interval=10', '--select_tokens=3000',
+               '--select_pass=True', '--eval_iters=1')
+    kept = load_checkpoint(str(out / 'ckpt.pt'))
+    tail = np.fromfile(os.path.join(char_data, 'train.bin'), dtype=np.uint16)[-3000:]
+    whole = evaluate_perplexity(GPT.from_checkpoint(kept), tail, 32)[0]
+    assert kept['metrics']['select_loss'] == pytest.approx(whole, rel=1e-5)
+    r = run_script('train.py', f'--dataset={char_data}', *TINY_MODEL, '--select_pass=True')
+    assert r.returncode == 2 and '--select_tokens=N' in r.stderr and 'Traceback' not in r.stderr

@@ -1,0 +1,83 @@
+"""
+Has next-token training stopped gaining? A base read against its MLE control: the base trained further by
+next-token loss for a given compute (run_cycles.mle_args: resumed from the kept checkpoint at a held learning rate,
+its best checkpoint on the run's own selection split kept), one control a trainer seed and a learning rate, each
+seed read on its own random val windows (two_sample.eval_windows, drawn from the seed). A base is at its plateau
+when the control reads `equal` or `worse` against it at every learning rate tried (verdict.seed_effect over the
+seeds); `better` says train on.
+
+  python benchmarks/bench_plateau.py --run runs/plateau --flops 2.3e13 [--seeds 1338,2001,3001]
+      [--learning_rates 0,2e-5] [--ppl_windows 400]
+
+--flops: the largest arm's compute (the MLE control of a game is given as much). A learning rate of 0 is the
+cycle's rule, the base's final one (base_learning_rate / 10); the issue's try found that rule can still gain after
+early stopping at a high learning rate, so a lower one is worth a row. The controls are written under RUN/plateau
+(mle_lr{LR}_s{SEED}.pt) and reused.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from data_loader import resolve_data_dir  # noqa: E402
+from model import GPT, load_checkpoint  # noqa: E402
+from shared import mle_control, window_ce  # noqa: E402
+from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
+from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect  # noqa: E402
+
+
+def effect_text(e):
+    return f"{label_text(e)} {e['effect']:+.2%} [{e['ci'][0]:+.2%}, {e['ci'][1]:+.2%}]"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
+    p.add_argument('--flops', type=float, required=True, help="each MLE control's compute, FLOPs")
+    p.add_argument('--seeds', default='1338,2001,3001')
+    p.add_argument('--learning_rates', default='0', help="held learning rates, comma-separated (0: the cycle's rule)")
+    p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows the perplexity reads")
+    a = p.parse_args()
+    base_path, config_path = (os.path.join(a.run, f) for f in ('base_model_v1.pt', 'config.json'))
+    if not (os.path.exists(base_path) and os.path.exists(config_path)):
+        p.error(f"{a.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
+    with open(config_path) as f:
+        cfg = json.load(f)
+    base_ckpt = load_checkpoint(base_path)
+    base = GPT.from_checkpoint(base_ckpt)
+    val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
+    tokens = base.config.block_size - PROMPT_LEN
+    os.makedirs(os.path.join(a.run, 'plateau'), exist_ok=True)
+    print(f"base v1: iteration {base_ckpt['iter_num']} kept (stopped at {base_ckpt.get('stopped_at')}: "
+          f"{base_ckpt.get('stop_reason')}); MLE controls of {a.flops:.3g} FLOPs each; {a.ppl_windows} val windows a "
+          f"seed, its own\n| learning rate | seed | iterations kept / trained | base val ppl | control val ppl | "
+          f"control vs base [95%, its windows] | gain, nats a completion |\n|---|---|---|---|---|---|---|")
+    verdicts = []
+    for lr in [float(x) for x in a.learning_rates.split(',')]:
+        effects = []
+        for seed in [int(s) for s in a.seeds.split(',')]:
+            out = os.path.join(a.run, 'plateau', f'mle_lr{lr:g}_s{seed}.pt')
+            control = load_checkpoint(mle_control(dict(cfg, mle_learning_rate=lr), base_path, a.flops, out, seed))
+            windows = eval_windows(val, a.ppl_windows, base.config.block_size, seed)[0]
+            base_ce, control_ce = window_ce(base, windows), window_ce(GPT.from_checkpoint(control), windows)
+            effect = perplexity_effect(control_ce, base_ce, seed)
+            effects.append(effect)
+            gain = (base_ce.mean() - control_ce.mean()) * tokens
+            kept, trained = control['iter_num'], control.get('stopped_at', control['iter_num'])  # from its start
+            print(f"| {lr or control['config']['learning_rate']:g} | {seed} | {kept} / {trained} | "
+                  f"{np.exp(base_ce.mean()):.3f} | {np.exp(control_ce.mean()):.3f} | {effect_text(effect)} | "
+                  f"{gain:+.3f} |")
+        method = seed_effect(effects, PPL_MARGIN)
+        verdicts.append(method['label'])
+        print(f"| {lr or 'the rule'} | **over {len(effects)} seeds** | | | | **{effect_text(method)}** | |")
+    at_plateau = all(v in ('equal', 'worse') for v in verdicts)
+    print(f"plateau: {'yes' if at_plateau else 'no'} (the MLE control reads "
+          f"{' / '.join(verdicts)} against the base{'' if at_plateau else ': train on'})")
+
+
+if __name__ == '__main__':
+    main()

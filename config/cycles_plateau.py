@@ -1,0 +1,17 @@
+# An overlay for the plateau base: base v1 trained until next-token training stops gaining, the regime self-play is
+# claimed for (docs/results.md, "Where next-token training stops"). The default run's base stops after one epoch, in
+# the steepest part of its curve, where the MLE control gains about 4% of perplexity at a game's compute.
+#   python run_cycles.py config/cycles_shakespeare_char.py config/cycles_plateau.py --num_cycles=0   # the base alone
+#   python benchmarks/bench_plateau.py --run runs/plateau --flops 2.3e13 --learning_rates 0,2e-5   # is it there?
+# The default run's shape (4 x 128, block 128, the complete works char-level, batch 32) on game_converged.py's
+# schedule: a cosine over 12,000 iterations (~9 epochs), decayed to a tenth, so that early stopping acts on a decayed
+# learning rate, not on the high one that stops a short cosine while more training at a lower rate still gains.
+out_dir = 'runs/plateau'
+base_max_iters = 12000
+base_eval_interval = 500
+base_patience = 3
+base_min_delta = 0.0
+# the kept checkpoint chosen on the 100,000 held-out train tokens read whole, not on 20 random batches whose noise
+# (0.02-0.04 between evaluations) is as large as the plateau's slope
+base_select_tokens = 100000
+base_select_pass = True
