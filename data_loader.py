@@ -217,6 +217,12 @@ def train_words(data_dir):
     return words_known_in(train, TokenizationManager('auto', data_dir=data_dir))
 
 
+def tokens_a_word(tokens, tokenizer):
+    """A split's tokens per whitespace-separated word, spaces included (characters a word at char level): the factor
+    from nats a token to nats a word, the unit word-level perplexities (WikiText, Yelp) are reported in."""
+    return len(tokens) / len(tokenizer.decode(np.asarray(tokens).tolist()).split())
+
+
 def whole_words(text):
     """The words of a window that it cannot have cut: all but its first and last."""
     return words_of(text)[1:-1]

@@ -23,9 +23,10 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from data_loader import resolve_data_dir  # noqa: E402
+from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from shared import mle_control, window_ce  # noqa: E402
+from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect  # noqa: E402
 
@@ -51,12 +52,13 @@ def main():
     base = GPT.from_checkpoint(base_ckpt)
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     tokens = base.config.block_size - PROMPT_LEN
+    a_word = tokens_a_word(val, TokenizationManager.from_info(base_ckpt['tokenization']))
     os.makedirs(os.path.join(a.run, 'plateau'), exist_ok=True)
     print(f"base v1: iteration {base_ckpt['iter_num']} kept (stopped at {base_ckpt.get('stopped_at')}: "
           f"{base_ckpt.get('stop_reason')}); MLE controls of {a.flops:.3g} FLOPs each; {a.ppl_windows} val windows a "
           f"seed, its own\n| learning rate | seed | iterations kept / trained | base val ppl | control val ppl | "
           f"control vs base [95%, its windows] | gain, nats a completion |\n|---|---|---|---|---|---|---|")
-    verdicts = []
+    verdicts, words = [], []
     for lr in [float(x) for x in a.learning_rates.split(',')]:
         effects = []
         for seed in [int(s) for s in a.seeds.split(',')]:
@@ -74,6 +76,10 @@ def main():
         method = seed_effect(effects, PPL_MARGIN)
         verdicts.append(method['label'])
         print(f"| {lr or 'the rule'} | **over {len(effects)} seeds** | | | | **{effect_text(method)}** | |")
+        per_token = -np.log(1 - method['effect'])  # the mean effect back in nats a token
+        words.append(f"{lr or 'the rule'}: {per_token:+.4f} nats a token = {per_token * a_word:+.4f} nats a word, "
+                     f"{1 - np.exp(-per_token * a_word):+.2%} of word perplexity")
+    print(f"in word units ({a_word:.2f} tokens a word on val, spaces included): " + '; '.join(words))
     at_plateau = all(v in ('equal', 'worse') for v in verdicts)
     print(f"plateau: {'yes' if at_plateau else 'no'} (the MLE control reads "
           f"{' / '.join(verdicts)} against the base{'' if at_plateau else ': train on'})")

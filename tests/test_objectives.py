@@ -308,6 +308,7 @@ def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path
                    '--seeds', '1,2,3', '--learning_rates', '0,1e-5', '--ppl_windows', '10')
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count('**over 3 seeds**') == 2 and re.search(r'plateau: (yes|no) \(the MLE control reads', r.stdout)
+    assert re.search(r'in word units \([\d.]+ tokens a word on val, spaces included\): the rule: ', r.stdout)
     for lr, held in (('0', 3e-4), ('1e-05', 1e-5)):
         for seed in (1, 2, 3):
             control = load_checkpoint(str(run / 'plateau' / f'mle_lr{lr}_s{seed}.pt'))

@@ -28,6 +28,8 @@ def test_char_round_trip_and_unknown_character(tmp_path):
     assert tok.vocab_size == 5 and tok.info()['method'] == 'char'
     with pytest.raises(ValueError, match=r"'z' at position 2"):
         tok.encode("abz!")
+    from data_loader import tokens_a_word
+    assert tokens_a_word(tok.encode("cab a"), tok) == 5 / 2  # characters a word, spaces included: nats a word's factor
 
 
 def test_a_char_vocabulary_travels_in_its_record(tmp_path):
