@@ -67,7 +67,8 @@ base_min_delta = 0.002  # at least this, and keep their best checkpoint
 # 0: on val, as nanoGPT does
 base_select_tokens = 100000
 base_select_pass = False  # read the selection split in one whole pass (train.py --select_pass), not eval_iters batches
-mle_learning_rate = 0.0  # the MLE control's held learning rate; 0: the base's final one (base_learning_rate / 10)
+base_min_lr = 0.0  # where base v1's cosine ends; 0: a tenth of base_learning_rate (nanoGPT's)
+mle_learning_rate = 0.0  # the MLE control's held learning rate; 0: the base's final one (base_min_lr)
 trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
@@ -481,7 +482,7 @@ def main(argv):
 
     train_stage('base v1', path('base_model_v1.pt'), data_files,
                 [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
-                 f'--learning_rate={C.base_learning_rate}', f'--min_lr={C.base_learning_rate / 10}',
+                 f'--learning_rate={C.base_learning_rate}', f'--min_lr={final_lr(C)}',
                  f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
                  f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=50',
                  f'--seed={C.seed}'] + select_args(C)
@@ -569,6 +570,11 @@ def reward_recipe(C):
         + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge: same manifests
 
 
+def final_lr(C):
+    """base v1's learning rate at the end of its cosine: base_min_lr, or a tenth of its peak."""
+    return C.base_min_lr or C.base_learning_rate / 10
+
+
 def select_args(C):
     """base v1's and the MLE control's selection split (none given: val, and a run made before keeps its stages)"""
     if not C.base_select_tokens:
@@ -624,7 +630,7 @@ def mle_args(C, base, flops, seed):
     iters = max(1, math.ceil(flops / per_iter))
     return iters, [
         f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
-        '--decay_lr=False', f'--learning_rate={C.mle_learning_rate or C.base_learning_rate / 10}',
+        '--decay_lr=False', f'--learning_rate={C.mle_learning_rate or final_lr(C)}',
         '--always_save_checkpoint=False',
         f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
         f'--seed={seed}'] + select_args(C)

@@ -30,11 +30,11 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     version is measured by the same instruments and controls, the MLE control matched to SPIN's own FLOPs.
     base_select_tokens (any trainer): base v1 and the MLE control both keep the checkpoint that the last N train
     tokens choose, held out of their training, so val chooses nothing, read whole with base_select_pass; the verdict
-    and report say so."""
+    and report say so. base_min_lr ends base v1's cosine, and its MLE controls hold that rate."""
     out = tmp_path / 'spin'
     stdout = cycles(out, char_data, '--num_cycles=2', '--trainer=spin', '--spin_max_steps=3', '--spin_batch_size=4',
                     '--spin_opponent_mix=0.5', '--control_temperatures=1.0', '--judge_seeds=1', '--tensorboard_log=True',
-                    '--base_select_tokens=2000', '--base_select_pass=True')
+                    '--base_select_tokens=2000', '--base_select_pass=True', '--base_min_lr=1e-4')
     assert 'finished: num_cycles (2)' in stdout
     assert not any(s.startswith(('cycle 1: reward', 'cycle 1: GRPO')) for s in stages_run(stdout))
     assert 'cycle 2: SPIN -> base v3' in stages_run(stdout)
@@ -53,6 +53,9 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
         ckpt = load_checkpoint(str(out / name))
         assert ckpt['config']['select_tokens'] == 2000 and ckpt['best_val_loss'] == ckpt['metrics']['select_loss']
         assert ckpt['config']['select_pass']
+    # base_min_lr: where base v1's cosine ends, and the rate its MLE controls hold
+    assert load_checkpoint(str(out / 'base_model_v1.pt'))['config']['min_lr'] == 1e-4
+    assert load_checkpoint(str(out / 'mle_v2.pt'))['config']['learning_rate'] == 1e-4
     assert v['mle_select_tokens'] == 2000
     assert_consistent(out)
     # tracking on: each trainer stage its own TensorBoard folder under the run's, with the trainer's own keys
