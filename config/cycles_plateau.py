@@ -4,7 +4,7 @@
 #   python run_cycles.py config/cycles_shakespeare_char.py config/cycles_plateau.py --num_cycles=0   # the base alone
 #   python benchmarks/bench_plateau.py --run runs/plateau --flops 2.26e13 --learning_rates 0,2e-6  # is it there?
 # The default run's shape (4 x 128, block 128, the complete works char-level, batch 32) on game_converged.py's
-# schedule: a cosine over 12,000 iterations (~9 epochs), so that early stopping acts on a decayed learning rate, not
+# schedule: a cosine over 12,000 iterations (~11 epochs), so that early stopping acts on a decayed learning rate, not
 # on the high one that stops a short cosine while more training at a lower rate still gains. Decayed to a tenth
 # (2e-4), it was not a plateau: its MLE control held at 2e-5 gained 1.1% of perplexity (docs/results.md, section 6;
 # 2026-11-27). So the cosine ends at a hundredth, the rate that gained, and its MLE controls hold that rate; whether
