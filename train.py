@@ -165,15 +165,16 @@ def main(argv):
     if C.select_pass and not C.select_tokens:
         raise UserError("--select_pass=True reads the held-out train tokens: give them with --select_tokens=N")
 
-    def held_out_train():
-        return np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')[n_train - C.select_tokens:]
-
-    def get_batch(split):
-        # recreate the memmap every batch to avoid a memory leak (as nanoGPT does)
+    def split_tokens(split):
+        # recreate the memmap at every read to avoid a memory leak (as nanoGPT does)
         data = np.memmap(os.path.join(data_dir, 'val.bin' if split == 'val' else 'train.bin'), dtype=np.uint16,
                          mode='r')
-        if C.select_tokens:  # train and select are the two ends of train.bin
+        if C.select_tokens and split != 'val':  # train and select are the two ends of train.bin
             data = data[n_train - C.select_tokens:] if split == 'select' else data[:n_train - C.select_tokens]
+        return data
+
+    def get_batch(split):
+        data = split_tokens(split)
         ix = torch.randint(len(data) - C.block_size, (C.batch_size,)).numpy()
         # one gather for the whole batch (nanoGPT stacks 2 x batch_size slices: 0.3 ms against 0.12 ms a batch)
         windows = torch.from_numpy(data[ix[:, None] + np.arange(C.block_size + 1)].astype(np.int64))
@@ -209,7 +210,7 @@ def main(argv):
         model.eval()
         for split in dict.fromkeys(('train', 'val', select_split)):
             if split == 'select' and C.select_pass:
-                out[split] = evaluate_perplexity(raw_model, held_out_train(), C.block_size, max(C.batch_size, 32),
+                out[split] = evaluate_perplexity(raw_model, split_tokens('select'), C.block_size, max(C.batch_size, 32),
                                                  ctx=rt.ctx)[0]
                 continue
             losses = torch.zeros(C.eval_iters)
@@ -223,9 +224,8 @@ def main(argv):
         return out
 
     def val_perplexity():
-        val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-        return evaluate_perplexity(raw_model, val, C.block_size, batch_size=max(C.batch_size, 32), ctx=rt.ctx,
-                                   max_tokens=C.ppl_max_tokens)[1]
+        return evaluate_perplexity(raw_model, split_tokens('val'), C.block_size, batch_size=max(C.batch_size, 32),
+                                   ctx=rt.ctx, max_tokens=C.ppl_max_tokens)[1]
 
     def save(losses):
         save_checkpoint(os.path.join(C.out_dir, 'ckpt.pt'), raw_model, iter_num=iter_num, best_val_loss=best_val_loss,

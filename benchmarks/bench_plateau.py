@@ -25,14 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
-from shared import mle_control, window_ce  # noqa: E402
+from shared import effect_text, mle_control, window_ce  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
-from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect  # noqa: E402
-
-
-def effect_text(e):
-    return f"{label_text(e)} {e['effect']:+.2%} [{e['ci'][0]:+.2%}, {e['ci'][1]:+.2%}]"
+from verdict import PPL_MARGIN, perplexity_effect, seed_effect  # noqa: E402
 
 
 def main():
@@ -58,14 +54,16 @@ def main():
           f"{base_ckpt.get('stop_reason')}); MLE controls of {a.flops:.3g} FLOPs each; {a.ppl_windows} val windows a "
           f"seed, its own\n| learning rate | seed | iterations kept / trained | base val ppl | control val ppl | "
           f"control vs base [95%, its windows] | gain, nats a completion |\n|---|---|---|---|---|---|---|")
+    seeds = [int(s) for s in a.seeds.split(',')]
+    windows = {seed: eval_windows(val, a.ppl_windows, base.config.block_size, seed)[0] for seed in seeds}
+    base_ces = {seed: window_ce(base, windows[seed]) for seed in seeds}  # the base read once a seed, for every rate
     verdicts, words = [], []
     for lr in [float(x) for x in a.learning_rates.split(',')]:
         effects = []
-        for seed in [int(s) for s in a.seeds.split(',')]:
+        for seed in seeds:
             out = os.path.join(a.run, 'plateau', f'mle_lr{lr:g}_s{seed}.pt')
             control = load_checkpoint(mle_control(dict(cfg, mle_learning_rate=lr), base_path, a.flops, out, seed))
-            windows = eval_windows(val, a.ppl_windows, base.config.block_size, seed)[0]
-            base_ce, control_ce = window_ce(base, windows), window_ce(GPT.from_checkpoint(control), windows)
+            base_ce, control_ce = base_ces[seed], window_ce(GPT.from_checkpoint(control), windows[seed])
             effect = perplexity_effect(control_ce, base_ce, seed)
             effects.append(effect)
             gain = (base_ce.mean() - control_ce.mean()) * tokens

@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import prompts_and_splits  # noqa: E402
-from shared import mle_control, window_ce  # noqa: E402
+from shared import effect_text, mle_control, window_ce  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect, share_interval, sweep_parts  # noqa: E402
 
@@ -194,8 +194,7 @@ def main():
         effects.append(effect)
         gains.append(gain)
         rows.append(f"| {seed} | {np.exp(arm_ce.mean()):.3f} | {np.exp(ctrl_ce.mean()):.3f}{note} | "
-                    f"{label_text(effect)} {effect['effect']:+.2%} [{effect['ci'][0]:+.2%}, {effect['ci'][1]:+.2%}] "
-                    f"| {gain:+.3f} |")
+                    f"{effect_text(effect)} | {gain:+.3f} |")
     method = seed_effect(effects, PPL_MARGIN)
     gain = seed_effect(gains, np.inf)  # the same t interval, on the gains in nats
     half = (gain['ci'][1] - gain['ci'][0]) / 2

@@ -9,6 +9,7 @@ import torch
 
 from model import GPT, GPTConfig
 from tilt import completion_logprob
+from verdict import label_text
 
 # the shape of the default char model (config/train_shakespeare_char.py)
 DEFAULT_SHAPE = dict(block_size=256, vocab_size=84, n_layer=4, n_head=4, n_embd=128)
@@ -45,3 +46,8 @@ def mle_control(cfg, base, flops, out, seed):
 def window_ce(model, windows, temperature=1.0):
     """Each window's mean next-token cross-entropy (nats, float64) under model at this temperature, in fp32."""
     return -completion_logprob(model, windows, 1, temperature) / (windows.shape[1] - 1)
+
+
+def effect_text(e):
+    """A labelled effect on perplexity as the tables print it: label, effect and its 95% interval in percent."""
+    return f"{label_text(e)} {e['effect']:+.2%} [{e['ci'][0]:+.2%}, {e['ci'][1]:+.2%}]"
