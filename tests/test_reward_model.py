@@ -323,6 +323,12 @@ def test_ranking_loss_matches_hand_computation():
         by_hand += -(scores[0] - math.log(sum(math.exp(s) for s in scores))) / 2
     assert ranking_loss(natural, samples).item() == pytest.approx(by_hand, rel=1e-5)
     assert ranking_loss(natural, samples[::2]).item() == pytest.approx(pairwise_loss(natural, samples[::2]).item())
+    def shifted(p, c):  # the same probs with c added to D = logit P(natural)
+        q = torch.sigmoid(torch.logit(p[:, 0]) + c)
+        return torch.stack([q, 1 - q], 1)
+    c = torch.tensor([1.5, -0.7])  # one constant a group, added to D of its natural block and its samples
+    assert ranking_loss(shifted(natural, c), shifted(samples, c.repeat_interleave(2))).item() == \
+        pytest.approx(by_hand, rel=1e-4)
 
 
 def test_ranking_judge_learns_from_many_samples_a_window(tmp_path, char_ckpt, char_data, noise_gen):
