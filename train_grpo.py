@@ -133,7 +133,7 @@ min_prompt_len = 1
 max_prompt_len = 0  # 0: block_size // 2
 temperature = 1.0
 top_k = None
-sampler = 'auto'  # GPT.generate's decode loop: 'auto' (= 'eager'), 'static', 'graph', 'compile'
+sampler = 'auto'  # GPT.generate's decode loop: 'auto' ('graph' on CUDA, else 'eager'), 'static', 'graph', 'compile'
 # objective
 scale_rewards = 'group'  # 'group', 'batch' or 'none'
 token_advantages = False  # per-token advantages: a token judge's per-position P(natural), or the teacher's log-ratios

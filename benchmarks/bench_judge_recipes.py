@@ -24,7 +24,7 @@ Beside them, the MLE control given the largest recipe's FLOPs (run_cycles.mle_st
 kept) and its exact log-ratio: what the same compute buys as next-token training, in the same nats.
 
   python benchmarks/bench_judge_recipes.py --run runs/base [--windows 10000] [--epochs 2] [--num_samples 1000]
-      [--law_windows 100] [--seed 1337] [--negatives 8] [--recipes crossover,window,...]
+      [--law_windows 100] [--seed 1337] [--negatives 8] [--recipes crossover,window,...] [--device auto]
 
 Everything is written under RUN/recipes (reused by a rerun).
 """
@@ -47,6 +47,7 @@ from data_loader import resolve_data_dir  # noqa: E402
 from judge import NgramJudge, reward_data_cmd, reward_model_cmd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
+from runtime import resolve_device  # noqa: E402
 from shared import mle_control  # noqa: E402
 from tilt import completion_logprob, judge_law_cross_entropy, judge_log_odds  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
@@ -89,7 +90,7 @@ def ngram_judge(data, tok):
     return judge
 
 
-def combined_judge(data, tok, base):
+def combined_judge(data, tok, base, device):
     """The n-gram judge's features beside the base's mean-pooled final states, one logistic regression on both, fit
     on the window data's train windows; returns its log-odds of natural text on given windows, and the FLOPs of the
     base's pass over its training windows."""
@@ -98,7 +99,7 @@ def combined_judge(data, tok, base):
     from evaluate import mean_pooled_features
     from two_sample import tfidf_classifier
     ds = RewardDataset(data, 'train')
-    windows = torch.from_numpy(np.concatenate([ds.natural, ds.x]).astype(np.int64))
+    windows = torch.from_numpy(np.concatenate([ds.natural, ds.x]).astype(np.int64)).to(device)
     y = np.r_[np.zeros(len(ds.natural)), np.ones(len(ds.x))]
     classifier = tfidf_classifier()
     tfidf = classifier[:-1].fit_transform(np.array(completion_texts(tok, windows), dtype=object), y)
@@ -131,6 +132,7 @@ def main():
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--negatives', type=int, default=8, help="the ranking recipe's continuations a natural window")
     p.add_argument('--recipes', default=','.join(RECIPES), help="the GPT recipes to train and read, comma-separated")
+    p.add_argument('--device', default='auto', help="where every model reads and samples (auto: cuda when available)")
     A = p.parse_args()
     recipes = A.recipes.split(',')
     if set(recipes) - set(RECIPES) or A.negatives < 1:
@@ -140,13 +142,14 @@ def main():
     base_path, work = os.path.join(A.run, 'base_model_v1.pt'), os.path.join(A.run, 'recipes')
     os.makedirs(work, exist_ok=True)
     data_dir = resolve_data_dir(cfg['dataset'])
-    base = GPT.from_checkpoint(base_path)
+    device = resolve_device(A.device)
+    base = GPT.from_checkpoint(base_path, device=device)
     tok = TokenizationManager.from_info(load_checkpoint(base_path)['tokenization'])
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    natural, prompts = eval_windows(val, A.num_samples, base.config.block_size, A.seed)
+    natural, prompts = (w.to(device) for w in eval_windows(val, A.num_samples, base.config.block_size, A.seed))
     with torch.no_grad():
         samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN,
-                                generator=torch.Generator().manual_seed(A.seed))
+                                generator=torch.Generator(device=device).manual_seed(A.seed))
     len_completion = natural.shape[1] - PROMPT_LEN
     law_natural = natural[:A.law_windows]
     base_law = np.exp(np.mean(-completion_logprob(base, law_natural, PROMPT_LEN) / len_completion))
@@ -165,7 +168,7 @@ def main():
                 train_reward_model.main(reward_model_cmd(base_path, data, path, A.seed, 'auto',
                                                          options + [f'--max_epochs={A.epochs}', '--max_iters=100000',
                                                                     '--patience=8'])[1:])
-        judge = GPT.from_checkpoint(path)
+        judge = GPT.from_checkpoint(path, device=device)
         spent[name] = data_flops[kind] + load_checkpoint(path)['flops']
         law = None
         if judge.config.reward_pooling == 'token':
@@ -177,12 +180,12 @@ def main():
     p_nat, p_smp = (np.clip(ngram.p_natural(completion_texts(tok, w)), 1e-7, 1 - 1e-7) for w in (natural, samples))
     lines.append(row('n-gram', np.log(p_nat / (1 - p_nat)), np.log(p_smp / (1 - p_smp)), data_flops['window'],
                      A.seed, len_completion)[0])
-    combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base)
+    combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base, device)
     lines.append(row("combined (n-gram + the base's features)", combined(natural), combined(samples),
                      data_flops['window'] + pass_flops, A.seed, len_completion)[0])
     most = max(spent.values())  # the MLE control's file is named by its budget: reused only at the same FLOPs
     mle = GPT.from_checkpoint(mle_control(cfg, base_path, most, os.path.join(work, f'mle_at_{most:.4g}_flops.pt'),
-                                          cfg['seed'] + 1))
+                                          cfg['seed'] + 1), device=device)
     f_nat = completion_logprob(mle, natural, PROMPT_LEN) - completion_logprob(base, natural, PROMPT_LEN)
     f_smp = completion_logprob(mle, samples, PROMPT_LEN) - completion_logprob(base, samples, PROMPT_LEN)
     mle_line, _ = row('MLE control, exact log-ratio', f_nat, f_smp, most, A.seed, len_completion)

@@ -7,7 +7,7 @@ when the control reads `equal` or `worse` against it at every learning rate trie
 seeds); `better` says train on.
 
   python benchmarks/bench_plateau.py --run runs/plateau --flops 2.3e13 [--seeds 1338,2001,3001]
-      [--learning_rates 0,2e-5] [--ppl_windows 400]
+      [--learning_rates 0,2e-5] [--ppl_windows 400] [--device auto]
 
 --flops: the largest arm's compute (the MLE control of a game is given as much). A learning rate of 0 is the
 cycle's rule, the base's final one (base_learning_rate / 10); the issue's try found that rule can still gain after
@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
+from runtime import resolve_device  # noqa: E402
 from shared import effect_text, mle_control, window_ce  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
@@ -38,6 +39,7 @@ def main():
     p.add_argument('--seeds', default='1338,2001,3001')
     p.add_argument('--learning_rates', default='0', help="held learning rates, comma-separated (0: the cycle's rule)")
     p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows the perplexity reads")
+    p.add_argument('--device', default='auto', help="where the perplexity is read, in fp32 (auto: cuda when available)")
     a = p.parse_args()
     base_path, config_path = (os.path.join(a.run, f) for f in ('base_model_v1.pt', 'config.json'))
     if not (os.path.exists(base_path) and os.path.exists(config_path)):
@@ -45,7 +47,8 @@ def main():
     with open(config_path) as f:
         cfg = json.load(f)
     base_ckpt = load_checkpoint(base_path)
-    base = GPT.from_checkpoint(base_ckpt)
+    device = resolve_device(a.device)
+    base = GPT.from_checkpoint(base_ckpt, device=device)
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     tokens = base.config.block_size - PROMPT_LEN
     a_word = tokens_a_word(val, TokenizationManager.from_info(base_ckpt['tokenization']))
@@ -55,7 +58,7 @@ def main():
           f"seed, its own\n| learning rate | seed | iterations kept / trained | base val ppl | control val ppl | "
           f"control vs base [95%, its windows] | gain, nats a completion |\n|---|---|---|---|---|---|---|")
     seeds = [int(s) for s in a.seeds.split(',')]
-    windows = {seed: eval_windows(val, a.ppl_windows, base.config.block_size, seed)[0] for seed in seeds}
+    windows = {seed: eval_windows(val, a.ppl_windows, base.config.block_size, seed)[0].to(device) for seed in seeds}
     base_ces = {seed: window_ce(base, windows[seed]) for seed in seeds}  # the base read once a seed, for every rate
     verdicts, words = [], []
     for lr in [float(x) for x in a.learning_rates.split(',')]:
@@ -63,7 +66,7 @@ def main():
         for seed in seeds:
             out = os.path.join(a.run, 'plateau', f'mle_lr{lr:g}_s{seed}.pt')
             control = load_checkpoint(mle_control(dict(cfg, mle_learning_rate=lr), base_path, a.flops, out, seed))
-            base_ce, control_ce = base_ces[seed], window_ce(GPT.from_checkpoint(control), windows[seed])
+            base_ce, control_ce = base_ces[seed], window_ce(GPT.from_checkpoint(control, device=device), windows[seed])
             effect = perplexity_effect(control_ce, base_ce, seed)
             effects.append(effect)
             gain = (base_ce.mean() - control_ce.mean()) * tokens

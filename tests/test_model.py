@@ -225,13 +225,15 @@ def test_static_decode_takes_any_integer_prompt_and_reuses_its_buffers(dtype):
         m.generate(idx.float(), 5)
 
 
-def test_auto_sampler_is_the_eager_loop_and_weights_that_move_drop_the_cache():
+def test_auto_sampler_is_the_graph_on_cuda_eager_elsewhere_and_weights_that_move_drop_the_cache():
     import model
+    assert model.auto_sampler('cuda') == model.auto_sampler(torch.device('cuda:1')) == 'graph'
+    assert model.auto_sampler('cpu') == 'eager'
     m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
     idx = torch.randint(0, 50, (3, 5))
     auto = m.generate(idx, 20, generator=torch.Generator().manual_seed(1))
     assert torch.equal(auto, m.generate(idx, 20, generator=torch.Generator().manual_seed(1), sampler='eager'))
-    assert m not in model._decoders  # 'auto' built no static decoder
+    assert m not in model._decoders  # 'auto' built no static decoder on CPU
     m.generate(idx, 20, sampler='static')
     first = model._decoders[m]
     m.crop_block_size(30)  # a parameter replaced: a recorded graph would read freed memory
@@ -322,6 +324,26 @@ def test_a_token_outside_the_vocabulary_raises(sampler):
     m.lm_head = wide
     with pytest.raises(ValueError, match='outside the vocabulary'):
         m.generate(torch.zeros(2, 2, dtype=torch.long), 1, sampler=sampler)
+
+
+def test_the_static_step_reads_weights_an_optimizer_updated_in_place():
+    """GRPO samples, steps AdamW (in place: the same addresses), and samples again through the decoder recorded at
+    the first call: the static step (what a CUDA graph replays) must read the new weights, as the eager loop does."""
+    import model
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
+    idx = torch.randint(0, 50, (4, 5))
+    m.eval()
+    before = m.generate(idx, 20, generator=torch.Generator().manual_seed(3), sampler='static')
+    first = model._decoders[m]
+    opt = torch.optim.AdamW(m.parameters(), lr=0.05)
+    m.train()
+    m(idx, idx)[1].backward()
+    opt.step()
+    m.eval()
+    draws = {s: m.generate(idx, 20, generator=torch.Generator().manual_seed(3), sampler=s) for s in ('eager', 'static')}
+    assert torch.equal(draws['eager'], draws['static']) and not torch.equal(before, draws['static'])
+    assert model._decoders[m] is first  # the same recorded step, not a rebuilt one
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')

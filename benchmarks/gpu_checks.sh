@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU checks as one prepared command, for a lent machine's short lease (docs/gpu.md): the CUDA tests, the
+# sampler against eager, and the plateau at GPU scale (the GPU char config's base trained on a decayed cosine with
+# its own early stopping, the judges' worth in nats on it beside the MLE control's gain, and the plateau verdict).
+# Each step gets at most what is left of BUDGET seconds and writes its output to $OUT/NAME.log as it runs (the steps'
+# times to $OUT/checks.log, the run's small files to $OUT/run.tgz), so a run cut off still returns what it measured.
+#   here:   bash ../shared/gpu/stage.sh          (the corpus and the wheels the GPU machine lacks, into .gpu/)
+#   there:  <the line stage.sh prints> bash benchmarks/gpu_checks.sh          (run's carry: .gpu)
+#   some steps only:  STEPS=plateau-base,judges bash benchmarks/gpu_checks.sh
+#   on CPU at toy sizes, what a machine without a GPU can check of it:
+#           TOY=1 DEVICE=cpu OUT=/tmp/gpu_checks RUN=/tmp/gpu_checks_run bash benchmarks/gpu_checks.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/gpu_checks}
+DEVICE=${DEVICE:-cuda}
+export PY=${PY:-python3}  # the GPU image's python with PyTorch
+BUDGET=${BUDGET:-590}
+RUN=${RUN:-runs/plateau_gpu}
+mkdir -p "$OUT"
+LOG=$OUT/checks.log
+END=$((SECONDS + BUDGET))
+# the base: the GPU config's shape and rate, its cosine decayed to a hundredth as config/cycles_plateau.py's is, over
+# nanoGPT's 5,000 iterations (a GPU lease's time), chosen on the held-out train tokens read whole; the evaluation
+# that follows it trains one fresh judge, not three, for the same reason
+BASE=(--base_max_iters=5000 --base_min_lr=1e-5 --base_eval_interval=250 --base_patience=4 --judge_seeds=1)
+DECODE=(--repeats 3 --train_steps 10)
+RECIPES=(--windows 5000 --num_samples 960)  # 2 x 960 of the 1,975 val windows of 256 characters
+PLATEAU=(--seeds 1338,2001,3001)
+MLE_ITERS=500  # the plateau's MLE controls: a tenth of the base's 5,000 iterations each
+if [ "${TOY:-0}" = 1 ]; then
+  BASE+=(--n_layer=2 --n_head=2 --n_embd=32 --block_size=64 --batch_size=8 --base_max_iters=40
+         --base_eval_interval=20 --base_select_tokens=2000 --base_eval_iters=2)
+  DECODE=(--rows 4 --new 16 --repeats 1 --samplers eager,static --train_steps 2 --train_batch 2)
+  RECIPES=(--windows 24 --num_samples 12 --epochs 1 --law_windows 4)
+  PLATEAU=(--seeds 1338,2001 --ppl_windows 8)
+  MLE_ITERS=10
+fi
+
+step() {  # step NAME LIMIT_S COMMAND...: run it for at most LIMIT_S seconds, or what is left of the budget
+  local name=$1 limit=$2 left=$((END - SECONDS)) t0=$SECONDS rc
+  shift 2
+  [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$name,"* ]] || return 0
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -le 5 ]; then
+    echo "== $name: skipped, the budget is spent" | tee -a "$LOG"
+    return 1
+  fi
+  echo "== $name ($(date -u +%T), at most ${limit} s): $*" | tee -a "$LOG"
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  echo "== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$LOG"
+  return "$rc"
+}
+
+pack() {  # the run's small files (configs, logs, stage times, tables), without checkpoints or sampled data
+  if [ -d "$RUN" ]; then
+    tar czf "$OUT/run.tgz" --exclude='*.pt' --exclude='*.work' --exclude='data_*' -C "$RUN" .
+  fi
+}
+
+step environment 30 bash -c 'nvidia-smi || true; $PY -c "import torch; print(\"torch\", torch.__version__, \"CUDA\",
+  torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")"'
+step cuda-tests 120 $PY -m pytest -q -n 0 -p no:cacheprovider -k cuda
+step sampler 150 $PY benchmarks/bench_decode.py --device "$DEVICE" "${DECODE[@]}"
+step plateau-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
+  --num_cycles=0 --out_dir="$RUN" --device="$DEVICE" "${BASE[@]}"
+pack
+[ -f "$RUN/base_model_v1.pt" ] || exit 1
+flops=$($PY -c "import json, sys
+from model import GPT
+C = json.load(open('$RUN/config.json'))
+per_token = GPT.from_checkpoint('$RUN/base_model_v1.pt').flops_per_token(backward=True)
+print(f'{per_token * C[\"batch_size\"] * C[\"block_size\"] * $MLE_ITERS:.6g}')")
+# the judges and the plateau's MLE controls write apart (RUN/recipes, RUN/plateau) and time nothing: side by side
+step judges 240 $PY benchmarks/bench_judge_recipes.py --run "$RUN" --recipes window,bidirectional \
+  --device "$DEVICE" "${RECIPES[@]}" &
+step plateau-verdict 240 $PY benchmarks/bench_plateau.py --run "$RUN" --flops "$flops" --learning_rates 0 \
+  --device "$DEVICE" "${PLATEAU[@]}" &
+wait
+pack
+echo "== done in $SECONDS s" | tee -a "$LOG"
