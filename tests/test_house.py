@@ -86,3 +86,13 @@ def test_the_docs_cite_no_issue_numbers():
     cited = [f"{os.path.relpath(f, ROOT)}: {m.group(0)}" for f in pages
              for m in re.finditer(r'\b[Ii]ssues? #?\d+', open(f).read())]
     assert not cited, cited
+
+
+def test_every_file_the_readme_names_exists():
+    """The README is the front door: each doc, script or figure it names (a link, or a path in backticks) is in the
+    repository; a run's outputs (runs/...) are written by the commands it shows, so they are not checked."""
+    import re
+    text = open(os.path.join(ROOT, 'README.md')).read()
+    named = set(re.findall(r'(?:\]\(|`)([A-Za-z0-9_./-]+\.(?:md|py|sh|png|txt))', text))
+    missing = sorted(p for p in named if not p.startswith('runs/') and not os.path.exists(os.path.join(ROOT, p)))
+    assert len(named) > 20 and not missing, f"the README names files that do not exist: {missing}"
