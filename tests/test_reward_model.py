@@ -331,6 +331,32 @@ def test_ranking_loss_matches_hand_computation():
         pytest.approx(by_hand, rel=1e-4)
 
 
+def test_the_ranking_losss_optimum_is_the_log_ratio_of_data_to_noise():
+    """The known answer of ranking NCE (Lin et al. 2021; Ma and Collins 2018): with natural x ~ p and K noise samples
+    ~ pi a positive, the expected loss is minimised by D = log p/pi + const. A free score per outcome, trained on a
+    four-outcome case by this loss (D read through the judge's 2-class probabilities, as the network's head gives it),
+    recovers the log-ratios to sampling error; a judge at this optimum tilts pi to p exactly."""
+    from judge import ranking_loss
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    K, G = 8, 20000
+    gen = torch.Generator().manual_seed(0)
+    natural = torch.multinomial(p, G, replacement=True, generator=gen)
+    noise = torch.multinomial(pi, G * K, replacement=True, generator=gen)
+    d = torch.zeros(4, requires_grad=True)
+    opt = torch.optim.Adam([d], lr=0.1)
+    as_probs = lambda x: torch.stack([torch.sigmoid(d[x]), torch.sigmoid(-d[x])], 1)  # noqa: E731
+    for _ in range(150):
+        opt.zero_grad()
+        ranking_loss(as_probs(natural), as_probs(noise)).backward()
+        opt.step()
+    learnt = (d - d.mean()).detach()
+    exact = (p / pi).log() - (p / pi).log().mean()
+    assert torch.allclose(learnt, exact, atol=0.06), (learnt, exact)
+    tilted = pi * learnt.exp()
+    assert torch.allclose(tilted / tilted.sum(), p, atol=0.01)
+
+
 def test_ranking_judge_learns_from_many_samples_a_window(tmp_path, char_ckpt, char_data, noise_gen):
     """--crossover_k 4 with 4 samples a block: loss=ranking trains each natural window against its block's 4
     continuations at once, frozen (cached features) or bidirectional with every weight, and ranks held-out natural
