@@ -621,13 +621,17 @@ def tilt_controls(points, base_path, data_dir, device, tilt, seed):
     return {'base': base, 'temperature': matched}
 
 
+def flops_per_iteration(C, base):
+    """The FLOPs of one next-token training iteration of base (forward and backward) at the run's batch shape."""
+    from model import GPT
+    return GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
+
+
 def mle_args(C, base, flops, seed):
     """An MLE control's train.py options (beside base_train_args) and iterations: base trained further with
     next-token loss for at most `flops`, at the base's final learning rate held (continued training, not a new
     schedule), keeping the best checkpoint by the base's own early-stopping rule, as a researcher would stop it."""
-    from model import GPT
-    per_iter = GPT.from_checkpoint(base).flops_per_token(backward=True) * C.batch_size * C.block_size
-    iters = max(1, math.ceil(flops / per_iter))
+    iters = max(1, math.ceil(flops / flops_per_iteration(C, base)))
     return iters, [
         f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
         '--decay_lr=False', f'--learning_rate={C.mle_learning_rate or final_lr(C)}',

@@ -66,11 +66,10 @@ step plateau-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py co
   --num_cycles=0 --out_dir="$RUN" --device="$DEVICE" "${BASE[@]}"
 pack
 [ -f "$RUN/base_model_v1.pt" ] || exit 1
-flops=$($PY -c "import json, sys
-from model import GPT
-C = json.load(open('$RUN/config.json'))
-per_token = GPT.from_checkpoint('$RUN/base_model_v1.pt').flops_per_token(backward=True)
-print(f'{per_token * C[\"batch_size\"] * C[\"block_size\"] * $MLE_ITERS:.6g}')")
+flops=$($PY -c "import json, types
+from run_cycles import flops_per_iteration
+C = types.SimpleNamespace(**json.load(open('$RUN/config.json')))
+print(f'{flops_per_iteration(C, \"$RUN/base_model_v1.pt\") * $MLE_ITERS:.6g}')")
 # the judges and the plateau's MLE controls write apart (RUN/recipes, RUN/plateau) and time nothing: side by side
 step judges 240 $PY benchmarks/bench_judge_recipes.py --run "$RUN" --recipes window,bidirectional \
   --device "$DEVICE" "${RECIPES[@]}" &
