@@ -195,7 +195,8 @@ def completion_figures(model, source, reference, temperature, A):
     return dict(tilt=os.path.abspath(A.tilt), tilt_kind=source.kind, tilt_k=A.tilt_k, tilt_scale=A.tilt_scale,
                 completion_window_cross_entropy=ce.tolist(), completion_perplexity=float(np.exp(ce.mean())),
                 tilt_perplexity={str(K): {name: float(np.exp(v.mean())) for name, v in c.items()}
-                                 for K, c in ces.items()})
+                                 for K, c in ces.items()},
+                tilt_window_cross_entropy={str(K): c['conservative'].tolist() for K, c in ces.items()})
 
 
 def evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference, reference_features,

@@ -205,13 +205,14 @@ def matched_temperature(points, entropy):
 
     def at(key):
         return float(np.interp(entropy, xs, [p[key] for p in pts]))
-    judged = fresh_judge_figure(pts[0])[0]
-    matched = dict(temperature=at('temperature'), outside_sweep=outside,
-                   **{judged: at(judged), judged + '_sd': at(judged + '_sd')},
-                   fresh_judge_recipe=pts[0].get('fresh_judge_recipe', 'crossover'),
-                   fresh_judge_blind=any(p.get('fresh_judge_blind', False) for w, p in parts if w > 0),
-                   unknown_word_rate=at('unknown_word_rate'), fresh_judge_n=min(p['fresh_judge_n'] for p in pts),
+    matched = dict(temperature=at('temperature'), outside_sweep=outside, unknown_word_rate=at('unknown_word_rate'),
                    c2st_parts=parts)
+    judged = fresh_judge_figure(pts[0])[0]
+    if all(judged in p for p in pts):  # points evaluated with no fresh judges (--judge_seeds 0) have none to match
+        matched.update({judged: at(judged), judged + '_sd': at(judged + '_sd')},
+                       fresh_judge_recipe=pts[0].get('fresh_judge_recipe', 'crossover'),
+                       fresh_judge_blind=any(p.get('fresh_judge_blind', False) for w, p in parts if w > 0),
+                       fresh_judge_n=min(p['fresh_judge_n'] for p in pts))
     if all('c2st_auc' in p for p in pts):
         matched.update(c2st_auc=at('c2st_auc'), c2st_auc_sd=at('c2st_auc_sd'))
     return matched

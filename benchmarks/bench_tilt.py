@@ -5,11 +5,16 @@ temperature, on the two-sample test and on its natural completions' perplexity (
 seed, each with its own draws: bench_arms' runs), and over the seeds.
 
   python benchmarks/bench_tilt.py --runs RUN[,RUN...] --source TEACHER.pt|judge [--tilt_k 32] [--tilt_scale 1]
-      [--tilt_windows 250] [--out tilt.json]
+      [--tilt_windows 250] [--draws SEED,SEED,SEED] [--mle MLE.pt] [--out tilt.json]
 
 Each run needs base_model_v1.pt, eval_v1.json and sweep_v1.json (run_cycles.py with its controls); --source judge
 tilts each run's base v1 by its own reward_model_v1.pt. The tilt's point is written beside them
-(tilt_{source}_k{K}.json) and read again by a rerun.
+(tilt_{source}_k{K}.json) and read again by a rerun. A run with no cycle (a plateau base, run_cycles --num_cycles=0)
+is read over --draws SEED,SEED,...: each draw evaluates base v1 at the run's control temperatures with its own
+prompts, windows and samples (points_d{SEED}.json) and tilts it with them (tilt_..._d{SEED}.json). --mle adds an MLE
+control of the base, read on each draw's windows. The last table reads the tilt's perplexity at every K of tilt.py
+(8, 32, 128) against each control over the draws, in nats a character and a word (the val split's characters a
+word, spaces included), with the estimator's cap, log K nats a completion.
 """
 import argparse
 import json
@@ -19,25 +24,68 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import numpy as np  # noqa: E402
+
 import evaluate  # noqa: E402
-from data_loader import resolve_data_dir  # noqa: E402
-from run_cycles import load_json, tilt_controls  # noqa: E402
+from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
+from run_cycles import completion_cross_entropy, load_json, tilt_controls  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from verdict import label_text, method_verdict, tilt_verdict  # noqa: E402
+from tokenization_manager import TokenizationManager  # noqa: E402
+from verdict import PPL_MARGIN, label_text, method_verdict, perplexity_effect, seed_effect, tilt_verdict  # noqa: E402
 
 
-def tilt_point(run, source, A, seed, num_samples, dataset):
-    """The tilt of the run's base v1 by source, evaluated (or read back) with the run's draws."""
-    tag = 'judge' if source == os.path.join(run, 'reward_model_v1.pt') else \
-        os.path.splitext(os.path.basename(source))[0]
-    path = os.path.join(run, f'tilt_{tag}_k{A.tilt_k}_a{A.tilt_scale:g}.json')
+def evaluate_base(run, path, A, seed, num_samples, dataset, extra):
+    """evaluate.py on the run's base v1 with this draw seed (its referee itself), to path unless it is there."""
     if not os.path.exists(path):
         base = os.path.join(run, 'base_model_v1.pt')
         evaluate.main([base, '--dataset', dataset, '--referee', base, '--out', path, '--num_samples', str(num_samples),
                        '--seed', str(seed), '--device', A.device, '--judge_seeds', '0', '--no_mauve',
-                       '--c2st_folds', '5', '--tilt', source, '--tilt_k', str(A.tilt_k),
-                       '--tilt_scale', str(A.tilt_scale), '--tilt_windows', str(A.tilt_windows)])
-    return load_json(path)[0]
+                       '--c2st_folds', '5', *extra])
+    return load_json(path)
+
+
+def tilt_point(run, source, A, seed, num_samples, dataset, draw=''):
+    """The tilt of the run's base v1 by source, evaluated (or read back) with the run's draws (or draw's)."""
+    tag = 'judge' if source == os.path.join(run, 'reward_model_v1.pt') else \
+        os.path.splitext(os.path.basename(source))[0]
+    path = os.path.join(run, f'tilt_{tag}_k{A.tilt_k}_a{A.tilt_scale:g}{draw}.json')
+    return evaluate_base(run, path, A, seed, num_samples, dataset,
+                         ['--tilt', source, '--tilt_k', str(A.tilt_k), '--tilt_scale', str(A.tilt_scale),
+                          '--tilt_windows', str(A.tilt_windows)])[0]
+
+
+def base_points(run, A, cfg, seed, dataset):
+    """Base v1's points the tilt's controls are read from: the cycle's (eval_v1.json, sweep_v1.json), or with
+    --draws this draw's own, at the run's control temperatures (points_d{seed}.json)."""
+    if not A.draws:
+        return load_json(os.path.join(run, 'eval_v1.json')) + load_json(os.path.join(run, 'sweep_v1.json'))
+    temperatures = sorted({float(t) for t in cfg['control_temperatures'].split(',')} | {cfg['sample_temperature']})
+    return evaluate_base(run, os.path.join(run, f'points_d{seed}.json'), A, seed, cfg['eval_num_samples'], dataset,
+                         ['--no_ppl', '--temperatures', ','.join(f'{t:g}' for t in temperatures)])
+
+
+def per_k_effects(tilt, controls):
+    """The tilt's perplexity effect against each control at every K it was read at (its conservative cross-entropy
+    on its windows against the control's on the same ones): {K: {control: effect}}."""
+    return {K: {name: perplexity_effect(ce, c['completion_window_cross_entropy'][:len(ce)])
+                for name, c in controls.items()}
+            for K, ce in tilt['tilt_window_cross_entropy'].items()}
+
+
+def per_k_table(per_k, controls, words_factor, completion_tokens):
+    """Over the draws, at each K: the tilt's perplexity effect against each control (t interval over the draws),
+    its gain over the base in nats a token and a word, and the estimator's cap, log K nats a completion."""
+    lines = [f"| K | cap, log K (nats a completion) | gain over the base, nats a char / a word "
+             f"({words_factor:.2f} chars a word) | % of ppl a char / a word | "
+             + ' | '.join(f'vs {c}' for c in controls) + ' |', '|---' * (4 + len(controls)) + '|']
+    for K in per_k[0]:
+        over = {c: seed_effect([d[K][c] for d in per_k], PPL_MARGIN) for c in controls}
+        gain = -np.log1p(-over['base']['effect'])  # 1 - ppl(tilt)/ppl(base) as nats a token
+        lines.append(f"| {K} | {np.log(int(K)):.2f} ({np.log(int(K)) / completion_tokens:.4f} a char) | "
+                     f"{gain:.4f} / {gain * words_factor:.3f} | {100 * (1 - np.exp(-gain)):.2f}% / "
+                     f"{100 * (1 - np.exp(-gain * words_factor)):.2f}% | "
+                     + ' | '.join(effect(over[c]) for c in controls) + ' |')
+    return '\n'.join(lines)
 
 
 def effect(e):
@@ -54,17 +102,25 @@ def main():
     p.add_argument('--tilt_scale', type=float, default=1.0)
     p.add_argument('--tilt_windows', type=int, default=250)
     p.add_argument('--device', default='auto')
+    p.add_argument('--draws', default='', help="draw seeds, comma-separated: one run read over draws of its own")
+    p.add_argument('--mle', default='', help="an MLE control of the base (its checkpoint), read on the same windows")
     p.add_argument('--out', default='')
     A = p.parse_args()
-    t0, verdicts, rows = time.time(), [], []
-    for run in A.runs.split(','):
+    t0, verdicts, rows, per_k = time.time(), [], [], []
+    draws = [int(s) for s in A.draws.split(',')] if A.draws else [None]
+    for run, draw in [(run, draw) for run in A.runs.split(',') for draw in draws]:
         cfg = load_json(os.path.join(run, 'config.json'))
-        seed, dataset = cfg['trainer_seed'] or cfg['seed'], resolve_data_dir(cfg['dataset'])
+        seed, dataset = draw or cfg['trainer_seed'] or cfg['seed'], resolve_data_dir(cfg['dataset'])
         source = os.path.join(run, 'reward_model_v1.pt') if A.source == 'judge' else A.source
-        tilt = tilt_point(run, source, A, seed, cfg['eval_num_samples'], dataset)
-        points = load_json(os.path.join(run, 'eval_v1.json')) + load_json(os.path.join(run, 'sweep_v1.json'))
+        tilt = tilt_point(run, source, A, seed, cfg['eval_num_samples'], dataset, f'_d{seed}' if draw else '')
+        points = base_points(run, A, cfg, seed, dataset)
         controls = tilt_controls(points, os.path.join(run, 'base_model_v1.pt'), dataset, resolve_device(A.device),
                                  tilt, seed)
+        if A.mle:
+            controls['mle'] = dict(completion_window_cross_entropy=completion_cross_entropy(
+                A.mle, dataset, resolve_device(A.device), tilt['temperature'], tilt['num_samples'],
+                tilt['sample_length'], seed))
+        per_k.append(per_k_effects(tilt, controls))
         v = dict(verdicts=tilt_verdict(tilt, controls), draw_seed=seed, matched_temperature=controls['temperature']
                  ['temperature'], tilt_perplexity=tilt['tilt_perplexity'], tilt_ess=tilt['tilt_ess'],
                  c2st_auc=tilt['c2st_auc'])
@@ -83,10 +139,16 @@ def main():
     for c, m in over.items():
         print(f"over {len(verdicts)} seeds vs {c}: perplexity " + (effect(m['perplexity_effect']) if m['perplexity_effect'] else '–')
               + "; two-sample " + (effect(m['c2st_effect']) if m['c2st_effect'] else '–'))
+    val = np.memmap(os.path.join(dataset, 'val.bin'), dtype=np.uint16, mode='r')
+    print(f"\nthe tilt's perplexity at each K, conservative (tilt.py), on {len(tilt['completion_window_cross_entropy'])}"
+          f" natural completions a draw of {tilt['sample_length'] - evaluate.PROMPT_LEN} tokens, over {len(per_k)} "
+          "draws")
+    print(per_k_table(per_k, list(controls), tokens_a_word(val, TokenizationManager('auto', data_dir=dataset)),
+                      tilt['sample_length'] - evaluate.PROMPT_LEN))
     print(f"{time.time() - t0:.0f} s")
     if A.out:
         with open(A.out + '.tmp', 'w') as f:
-            json.dump(dict(args=vars(A), seeds=verdicts, over_seeds=over), f, indent=1)
+            json.dump(dict(args=vars(A), seeds=verdicts, over_seeds=over, per_k=per_k), f, indent=1)
         os.replace(A.out + '.tmp', A.out)
 
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The GPU checks as one prepared command, for a lent machine's short lease (docs/gpu.md): the CUDA tests, the
-# sampler against eager, and the plateau at GPU scale (the GPU char config's base trained on a decayed cosine with
-# its own early stopping, the judges' worth in nats on it beside the MLE control's gain, and the plateau verdict).
+# sampler against eager, the plateau at GPU scale (the GPU char config's base trained on a decayed cosine with
+# its own early stopping, the judges' worth in nats on it beside the MLE control's gain, the plateau verdict), and
+# the game at that plateau over 3 seeds with its controls (benchmarks/plateau_game.sh).
 # Each step gets at most what is left of BUDGET seconds and writes its output to $OUT/NAME.log as it runs (the steps'
 # times to $OUT/checks.log, the run's small files to $OUT/run.tgz), so a run cut off still returns what it measured.
 #   here:   bash ../shared/gpu/stage.sh          (the corpus and the wheels the GPU machine lacks, into .gpu/)
 #   there:  <the line stage.sh prints> bash benchmarks/gpu_checks.sh          (run's carry: .gpu)
 #   some steps only:  STEPS=plateau-base,judges bash benchmarks/gpu_checks.sh
+#   the game (named only):  STEPS=plateau-base,game-frozen,game-frozen-read WORTH='0.52 0.42,0.62' bash ...
 #   on CPU at toy sizes, what a machine without a GPU can check of it:
 #           TOY=1 DEVICE=cpu OUT=/tmp/gpu_checks RUN=/tmp/gpu_checks_run bash benchmarks/gpu_checks.sh
 set -uo pipefail
@@ -39,7 +41,8 @@ fi
 step() {  # step NAME LIMIT_S COMMAND...: run it for at most LIMIT_S seconds, or what is left of the budget
   local name=$1 limit=$2 left=$((END - SECONDS)) t0=$SECONDS rc
   shift 2
-  [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$name,"* ]] || return 0
+  # the game steps run only when named: with the base, they overran a lease's command (docs/gpu.md)
+  [[ ( ",${STEPS:-all}," == *",all,"* && $name != game* ) || ",${STEPS:-}," == *",$name,"* ]] || return 0
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -le 5 ]; then
     echo "== $name: skipped, the budget is spent" | tee -a "$LOG"
@@ -70,11 +73,25 @@ flops=$($PY -c "import json, types
 from run_cycles import flops_per_iteration
 C = types.SimpleNamespace(**json.load(open('$RUN/config.json')))
 print(f'{flops_per_iteration(C, \"$RUN/base_model_v1.pt\") * $MLE_ITERS:.6g}')")
-# the judges and the plateau's MLE controls write apart (RUN/recipes, RUN/plateau) and time nothing: side by side
-step judges 240 $PY benchmarks/bench_judge_recipes.py --run "$RUN" --recipes window,bidirectional \
+# the judges, the plateau's MLE controls and the game at the plateau (benchmarks/plateau_game.sh: the frozen judge's
+# arms, and the co-trained judge's, whose refits cost ~1.6 s of CPU a step) write apart and time nothing: side by
+# side; each game's read needs the judges' table
+export RUN OUT DEVICE TOY
+step judges 240 $PY benchmarks/bench_judge_recipes.py --run "$RUN" --recipes "${JUDGES:-window,bidirectional}" \
   --device "$DEVICE" "${RECIPES[@]}" &
+judges=$!
 step plateau-verdict 240 $PY benchmarks/bench_plateau.py --run "$RUN" --flops "$flops" --learning_rates 0 \
   --device "$DEVICE" "${PLATEAU[@]}" &
-wait
+verdict=$!
+step game-frozen 300 bash benchmarks/plateau_game.sh play ngram_frozen &
+frozen=$!
+step game-co 420 bash benchmarks/plateau_game.sh play ngram_co &
+co=$!
+wait $judges $verdict $frozen
+pack
+step game-frozen-read 150 bash benchmarks/plateau_game.sh read ngram_frozen
+pack
+wait $co
+step game-co-read 150 bash benchmarks/plateau_game.sh read ngram_co
 pack
 echo "== done in $SECONDS s" | tee -a "$LOG"

@@ -275,6 +275,19 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
     assert flops > point['tilt_sampling_flops'] > 0 and v['mle_iters'] >= 1
     assert 'the tilt of base v1 without RL' in (tilted / 'report.md').read_text()
     assert_consistent(tilted)
+    # a base with no cycle's controls (a plateau's), read over draws of its own with an MLE control, at every K
+    r = run_script(os.path.join(ROOT, 'benchmarks', 'bench_tilt.py'), '--runs', str(tilted), '--source', 'judge',
+                   '--tilt_k', '4', '--tilt_windows', '4', '--draws', '5,6', '--mle', str(tilted / 'mle_tilt_v2.pt'),
+                   '--device', 'cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    for seed in (5, 6):
+        points = json.loads((tilted / f'points_d{seed}.json').read_text())
+        assert len(points) >= 2 and all('c2st_auc' in p for p in points)
+        assert len(json.loads((tilted / f'tilt_judge_k4_a1_d{seed}.json').read_text())[0]
+                   ['tilt_window_cross_entropy']['128']) == 4
+    table = r.stdout[r.stdout.index('at each K'):]
+    assert [line.split(' | ')[0] for line in table.splitlines() if line.startswith('| ') and line[2].isdigit()] == \
+        ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs mle |' in table
 
 
 def test_interrupted_rerun_never_pairs_artefacts_of_different_runs(cycle_run, char_data, tmp_path):

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The game at a plateau base (docs/results.md, "Where next-token training stops"): the tilt's game (KL inside the
+# reward, log-odds) with the n-gram judge, co-trained and frozen after its warm-up, as docs/results.md 5.3 plays it on
+# base v1, over 3 seeds, each with its own shuffled-judge, base, matched-temperature and MLE controls (bench_share).
+#   bash benchmarks/plateau_game.sh play [ngram_frozen|ngram_co ...]   every seed's arms and their shuffled-judge
+#                                                                       controls, side by side (default: both arms)
+#   bash benchmarks/plateau_game.sh read [ngram_frozen|ngram_co ...]   each arm against each control over the seeds
+#                                                                       (the MLE controls train here)
+# Environment: RUN (the plateau run: RUN/base_model_v1.pt, RUN/config.json; the games go to RUN/game), OUT (logs;
+# OUT/judges.log, bench_judge_recipes' table on RUN, gives the judge's worth), DEVICE, PY, SEEDS, SCALE (the tilt's
+# a: the scale the n-gram judge's worth is largest at on this base), WORTH ('DV LO,HI': the worth, where it was not
+# read on this base), TOY=1 (toy sizes, for a CPU check).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RUN=${RUN:-runs/plateau_gpu}
+OUT=${OUT:-$RUN/game}
+DEVICE=${DEVICE:-auto}
+PY=${PY:-python3}
+SEEDS=${SEEDS:-1338,2001,3001}
+GAME=(--policy_path="$RUN/base_model_v1.pt" --device="$DEVICE" --max_steps=200 --prompts_per_step=8
+      --num_generations=8 --learning_rate=1e-5 --beta=0 --scale_rewards=none --loss_type=dr_grpo --kl_in_reward=True
+      --reward_form=log_odds --eval_interval=25 --ppl_max_tokens=50000 --judge=ngram --judge_warmup_steps=20
+      --judge_natural_windows=64 --judge_replay=15 --reward_scale="${SCALE:-1}")
+READ=()
+if [ "${TOY:-0}" = 1 ]; then
+  GAME+=(--max_steps=4 --eval_interval=2 --judge_warmup_steps=1 --judge_natural_windows=8 --prompts_per_step=2
+         --num_generations=2 --ppl_max_tokens=2000)
+  READ=(--ppl_windows 8 --entropy_windows 8)
+fi
+mkdir -p "$RUN/game" "$OUT"
+
+judge_interval() {  # the arm's judge: refit every step (co-trained) or never after its warm-up (frozen)
+  [ "$1" = ngram_frozen ] && echo --judge_update_interval=100000 || echo --judge_update_interval=1
+}
+
+play() {
+  local seed name ctl
+  for seed in ${SEEDS//,/ }; do
+    for name in "$@"; do
+      for ctl in "" _shuffled; do
+        OMP_NUM_THREADS=1 $PY train_grpo.py "${GAME[@]}" "$(judge_interval $name)" --seed="$seed" --resume=True \
+          --out_path="$RUN/game/${name}${ctl}_s$seed.pt" $([ -n "$ctl" ] && echo --reward_shuffle=True) \
+          > "$OUT/game_${name}${ctl}_s$seed.log" 2>&1 &
+      done
+    done
+  done
+  wait
+  for name in "$@"; do grep -h "^time:" "$OUT"/game_"$name"*.log; done
+}
+
+read_games() {
+  local worth name control
+  worth=${WORTH:-$($PY - "$OUT/judges.log" <<'PYEOF'
+import re, sys
+try:
+    m = re.search(r'^\| n-gram \|.*?\| ([-0-9.]+) \[([-0-9.]+), ([-0-9.]+)\]', open(sys.argv[1]).read(), re.M)
+except OSError:
+    m = None
+print(f'{m[1]} {m[2]},{m[3]}' if m else '')
+PYEOF
+)}
+  if [ -z "$worth" ]; then
+    echo "no n-gram row in $OUT/judges.log: run bench_judge_recipes.py on $RUN first" >&2
+    exit 1
+  fi
+  echo "the n-gram judge's worth: $worth (${WORTH:+given as WORTH}${WORTH:-read from $OUT/judges.log})"
+  for name in "$@"; do
+    for control in shuffled base temperature mle; do
+      $PY benchmarks/bench_share.py --out "$RUN/game" --name "$name" --seeds "$SEEDS" --control "$control" \
+        --dv "${worth% *}" --dv_ci "${worth#* }" "${READ[@]}" -- "${GAME[@]}" "$(judge_interval $name)" 2>&1 \
+        | tr '\r' '\n' | grep -v "it/s\]\|s/it\]\|^\s*$"
+    done
+  done
+}
+
+ARMS=("${@:2}")
+[ ${#ARMS[@]} = 0 ] && ARMS=(ngram_frozen ngram_co)
+case ${1:-} in
+  play) play "${ARMS[@]}" ;;
+  read) read_games "${ARMS[@]}" ;;
+  *) echo "usage: bash benchmarks/plateau_game.sh play|read" >&2; exit 2 ;;
+esac
