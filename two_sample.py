@@ -102,7 +102,7 @@ def two_sample_test(natural_texts, sample_texts, seed, folds=C2ST_FOLDS):
     folds' own figures are not independent samples: their training sets overlap). Spread: sd and 95% interval of
     the AUC over bootstrap resamples of each side's texts. It holds the classifiers fixed, so it is the texts'
     share of the spread: between two disjoint draws of natural text the AUC moves about twice as much
-    (docs/arms.md), which is why verdict.py compares two points with one classifier, not by these spreads.
+    (docs/log/arms.md), which is why verdict.py compares two points with one classifier, not by these spreads.
     """
     from sklearn.model_selection import StratifiedKFold
     texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)

@@ -9,7 +9,7 @@ MLE and judge-off controls, all seeded from s; arms run with the same seed share
 seed's first run, whose stages the manifests keep where their commands are the same).
 
   python benchmarks/bench_arms.py [--run runs/cycles_shakespeare_char] [--out runs/bench_arms] [--arms a,b]
-      [--seeds 0,2000,3000] [--cycles 1] [--png docs/arms_quality_diversity.png]
+      [--seeds 0,2000,3000] [--cycles 1] [--png docs/img/arms_quality_diversity.png]
 
 Prints, per arm, seed and cycle, the judge's quality on the referee's held-out crossover data (GRPO arms: base v1's
 reward data, the test half of its val split; an online judge as GRPO left it), its boundary error on each GRPO
@@ -69,7 +69,7 @@ NGRAM = ['--grpo_judge=ngram', '--grpo_judge_update_interval=1', '--grpo_judge_w
 CO_TRAINED = ['--grpo_judge_update_interval=1', '--grpo_judge_unfreeze_layers=-1', '--grpo_judge_learning_rate=3e-4',
               '--grpo_judge_natural_windows=64']
 # the same judge at a tenth of that rate: with the policy held, 60 batches at 3e-4 take its sight on base v1 from
-# 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/arms.md, "The co-trained judge blinds itself")
+# 0.709 to 0.574 and at 3e-5 keep it (0.718; docs/log/arms.md, "The co-trained judge blinds itself")
 CO_TRAINED_SLOW = CO_TRAINED + ['--grpo_judge_learning_rate=3e-5']  # a later --key=value overrides an earlier one
 POSITIVE = ['--grpo_max_steps=200', '--grpo_learning_rate=1e-4', '--grpo_beta=0.04', '--grpo_scale_rewards=group',
             '--grpo_eval_interval=50']

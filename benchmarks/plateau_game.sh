@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The game at a plateau base (docs/results.md, "Where next-token training stops"): the tilt's game (KL inside the
-# reward, log-odds) with the n-gram judge, co-trained and frozen after its warm-up, as docs/results.md 5.3 plays it on
+# The game at a plateau base (docs/results.md, sections 3.3 and 5): the tilt's game (KL inside the
+# reward, log-odds) with the n-gram judge, co-trained and frozen after its warm-up, as docs/results.md 3.3 plays it on
 # base v1, over 3 seeds, each with its own shuffled-judge, base, matched-temperature and MLE controls (bench_share).
 #   bash benchmarks/plateau_game.sh play [ngram_frozen|ngram_co ...]   every seed's arms and their shuffled-judge
 #                                                                       controls, side by side (default: both arms)

@@ -63,7 +63,7 @@ def rewrite(path):
 def main(argv):
     write = '--write' in argv
     paths = [p for p in argv if p != '--write'] or \
-        sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [os.path.join(ROOT, 'README.md')]
+        sorted(glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)) + [os.path.join(ROOT, 'README.md')]
     total = changed = 0
     for path in paths:
         for n, old, effect, ci, new in reread(path):

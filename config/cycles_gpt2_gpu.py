@@ -22,7 +22,7 @@ base_eval_interval = 50
 base_patience = 3
 
 # judges: the GPT-2 trunk on 600 blocks of 256 tokens per split (val holds 644), 4 crossovers each. The arm of the
-# default CPU run (docs/arms.md): a token-level judge, trained online on the policy's rollouts, and real text in
+# default CPU run (docs/log/arms.md): a token-level judge, trained online on the policy's rollouts, and real text in
 # GRPO's loss. Cached per-position features: 2,400 x 256 x 768 floats = 1.9 GB per split; the online judge's replay
 # of 9 steps of 256 rollouts another 1.8 GB
 reward_max_blocks = 600

@@ -6,10 +6,10 @@
 # The default run's shape (4 x 128, block 128, the complete works char-level, batch 32) on game_converged.py's
 # schedule: a cosine over 12,000 iterations (~11 epochs), so that early stopping acts on a decayed learning rate, not
 # on the high one that stops a short cosine while more training at a lower rate still gains. Decayed to a tenth
-# (2e-4), it was not a plateau: its MLE control held at 2e-5 gained 1.1% of perplexity (docs/results.md, section 6;
+# (2e-4), it was not a plateau: its MLE control held at 2e-5 gained 1.1% of perplexity (docs/results.md, section 5;
 # 2026-11-27). So the cosine ends at a hundredth, the rate that gained, and its MLE controls hold that rate; there
 # it is at its plateau: held at 2e-5 or at 2e-6 for the largest arm's compute, its MLE control reads equal over 3 seeds
-# (docs/results.md, section 6; 2026-11-27).
+# (docs/results.md, section 5; 2026-11-27).
 out_dir = 'runs/plateau'
 base_max_iters = 12000
 base_min_lr = 2e-5

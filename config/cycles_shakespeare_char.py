@@ -11,7 +11,7 @@ base_eval_interval = 700  # each evaluation costs ~4 s
 
 # the judge's data: 1,000 blocks per split, 4 crossovers each
 reward_max_blocks = 1000
-# the arm with the best verdict in the arms table (docs/arms.md: cycle 1, 3 seeds each, against the seed's frozen
+# the arm with the best verdict in the arms table (docs/log/arms.md: cycle 1, 3 seeds each, against the seed's frozen
 # judge, the online token-level judge alone and SPIN): a token-level judge (the seed's last-token judge is blind here,
 # R² 0.001; mean pooling sees a little), trained online on the policy's rollouts, and real text in GRPO's loss
 reward_pooling = 'token'

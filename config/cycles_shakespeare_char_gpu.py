@@ -24,7 +24,7 @@ base_patience = 4
 reward_max_blocks = 4000
 reward_samples_per_chunk = 10
 reward_max_iters = 5000
-# the arm with the best verdict in the CPU arms table (docs/arms.md), as config/cycles_shakespeare_char.py runs it: a
+# the arm with the best verdict in the CPU arms table (docs/log/arms.md), as config/cycles_shakespeare_char.py runs it: a
 # token-level judge trained online on the policy's rollouts, real text in GRPO's loss, one std per batch
 reward_pooling = 'token'
 grpo_judge_update_interval = 1

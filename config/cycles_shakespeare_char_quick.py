@@ -8,7 +8,7 @@ num_cycles = 1
 base_max_iters = 300
 
 reward_max_blocks = 300
-reward_pooling = 'token'  # the default arm: online token-level judge, real text in GRPO's loss (docs/arms.md)
+reward_pooling = 'token'  # the default arm: online token-level judge, real text in GRPO's loss (docs/log/arms.md)
 grpo_judge_update_interval = 1
 grpo_nll_weight = 1.0
 

@@ -1,4 +1,4 @@
-# An overlay for the arms against the judge that sees (docs/arms.md, "The judge that sees, played"): the default
+# An overlay for the arms against the judge that sees (docs/log/arms.md, "The judge that sees, played"): the default
 # base v1 (1,300 iterations; the GPT whole-window judge on 30,000 of its windows reads its samples at 0.90-0.92,
 # docs/judges.md), it and the MLE control selecting their checkpoints on the last 100,000 train tokens, held out of
 # their training, so that no reported figure's split (val) chose one; 200 GRPO steps, with the referee's two-sample

@@ -82,7 +82,7 @@ def test_the_docs_cite_no_issue_numbers():
     """The docs say what was measured and why, not which tracker entry asked for it (the numbers mean nothing to a
     reader of a clone)."""
     import re
-    pages = [os.path.join(ROOT, 'README.md')] + glob.glob(os.path.join(ROOT, 'docs', '*.md'))
+    pages = [os.path.join(ROOT, 'README.md')] + glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)
     cited = [f"{os.path.relpath(f, ROOT)}: {m.group(0)}" for f in pages
              for m in re.finditer(r'\b[Ii]ssues? #?\d+', open(f).read())]
     assert not cited, cited
@@ -96,3 +96,16 @@ def test_every_file_the_readme_names_exists():
     named = set(re.findall(r'(?:\]\(|`)([A-Za-z0-9_./-]+\.(?:md|py|sh|png|txt))', text))
     missing = sorted(p for p in named if not p.startswith('runs/') and not os.path.exists(os.path.join(ROOT, p)))
     assert len(named) > 20 and not missing, f"the README names files that do not exist: {missing}"
+
+
+def test_the_results_are_a_paper_and_the_log_is_indexed():
+    """docs/results.md is the paper a researcher reads in twenty minutes (at most 500 lines); the lab log under
+    docs/log/ has an index naming each of its pages; and every doc path a page of docs/ names exists."""
+    import re
+    assert len(open(os.path.join(ROOT, 'docs', 'results.md')).read().splitlines()) <= 500
+    index = open(os.path.join(ROOT, 'docs', 'log', 'README.md')).read()
+    pages = sorted(os.path.basename(f) for f in glob.glob(os.path.join(ROOT, 'docs', 'log', '*.md')))
+    assert [p for p in pages if p != 'README.md' and p not in index] == [] and len(pages) > 3
+    docs = glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)
+    named = {p for f in docs for p in re.findall(r'`(docs/[A-Za-z0-9_./-]+\.(?:md|png))`', open(f).read())}
+    assert sorted(p for p in named if not os.path.exists(os.path.join(ROOT, p))) == []
