@@ -13,8 +13,8 @@ tilts each run's base v1 by its own reward_model_v1.pt. The tilt's point is writ
 is read over --draws SEED,SEED,...: each draw evaluates base v1 at the run's control temperatures with its own
 prompts, windows and samples (points_d{SEED}.json) and tilts it with them (tilt_..._d{SEED}.json). --mle adds an MLE
 control of the base, read on each draw's windows. The last table reads the tilt's perplexity at every K of tilt.py
-(8, 32, 128) against each control over the draws, in nats a character and a word (the val split's characters a
-word, spaces included), with the estimator's cap, log K nats a completion.
+(8, 32, 128) against each control over the draws, in nats a token (a character at char level) and a word (the val
+split's tokens a word, spaces included), with the estimator's cap, log K nats a completion.
 """
 import argparse
 import json
@@ -72,16 +72,17 @@ def per_k_effects(tilt, controls):
             for K, ce in tilt['tilt_window_cross_entropy'].items()}
 
 
-def per_k_table(per_k, controls, words_factor, completion_tokens):
+def per_k_table(per_k, controls, words_factor, completion_tokens, unit):
     """Over the draws, at each K: the tilt's perplexity effect against each control (t interval over the draws),
-    its gain over the base in nats a token and a word, and the estimator's cap, log K nats a completion."""
-    lines = [f"| K | cap, log K (nats a completion) | gain over the base, nats a char / a word "
-             f"({words_factor:.2f} chars a word) | % of ppl a char / a word | "
+    its gain over the base in nats a token (unit: 'char' at char level) and a word, and the estimator's cap, log K
+    nats a completion."""
+    lines = [f"| K | cap, log K (nats a completion) | gain over the base, nats a {unit} / a word "
+             f"({words_factor:.2f} {unit}s a word) | % of ppl a {unit} / a word | "
              + ' | '.join(f'vs {c}' for c in controls) + ' |', '|---' * (4 + len(controls)) + '|']
     for K in per_k[0]:
         over = {c: seed_effect([d[K][c] for d in per_k], PPL_MARGIN) for c in controls}
         gain = -np.log1p(-over['base']['effect'])  # 1 - ppl(tilt)/ppl(base) as nats a token
-        lines.append(f"| {K} | {np.log(int(K)):.2f} ({np.log(int(K)) / completion_tokens:.4f} a char) | "
+        lines.append(f"| {K} | {np.log(int(K)):.2f} ({np.log(int(K)) / completion_tokens:.4f} a {unit}) | "
                      f"{gain:.4f} / {gain * words_factor:.3f} | {100 * (1 - np.exp(-gain)):.2f}% / "
                      f"{100 * (1 - np.exp(-gain * words_factor)):.2f}% | "
                      + ' | '.join(effect(over[c]) for c in controls) + ' |')
@@ -140,11 +141,12 @@ def main():
         print(f"over {len(verdicts)} seeds vs {c}: perplexity " + (effect(m['perplexity_effect']) if m['perplexity_effect'] else '–')
               + "; two-sample " + (effect(m['c2st_effect']) if m['c2st_effect'] else '–'))
     val = np.memmap(os.path.join(dataset, 'val.bin'), dtype=np.uint16, mode='r')
-    print(f"\nthe tilt's perplexity at each K, conservative (tilt.py), on {len(tilt['completion_window_cross_entropy'])}"
-          f" natural completions a draw of {tilt['sample_length'] - evaluate.PROMPT_LEN} tokens, over {len(per_k)} "
-          "draws")
-    print(per_k_table(per_k, list(controls), tokens_a_word(val, TokenizationManager('auto', data_dir=dataset)),
-                      tilt['sample_length'] - evaluate.PROMPT_LEN))
+    print(f"\nthe tilt's perplexity at each K, conservative (tilt.py), on "
+          f"{len(tilt['completion_window_cross_entropy'])} natural completions a draw of "
+          f"{tilt['sample_length'] - evaluate.PROMPT_LEN} tokens, over {len(per_k)} draws")
+    tokenizer = TokenizationManager('auto', data_dir=dataset)
+    print(per_k_table(per_k, list(controls), tokens_a_word(val, tokenizer), tilt['sample_length'] - evaluate.PROMPT_LEN,
+                      'char' if tokenizer.method == 'char' else 'token'))
     print(f"{time.time() - t0:.0f} s")
     if A.out:
         with open(A.out + '.tmp', 'w') as f:
