@@ -42,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import prompts_and_splits  # noqa: E402
+from runtime import resolve_device  # noqa: E402
 from shared import effect_text, mle_control, window_ce  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect, share_interval, sweep_parts  # noqa: E402
@@ -73,15 +74,15 @@ def arm_setting(arm_path):
 @torch.no_grad()
 def sampler_entropy(model, prompts, length, temperature, top_k, seed):
     """The sampler's mean entropy (nats a generated token) continuing these prompts to `length` tokens."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=prompts.device).manual_seed(seed)
     return float(model.generate(prompts, length - prompts.shape[1], temperature, top_k, generator=gen,
                                 entropy=True)[1].double().mean())
 
 
-def seed_windows(arm_path, seed, n):
+def seed_windows(arm_path, seed, n, device):
     """This seed's own n random val windows of the arm's block size, from the val split the arm read."""
     _, base, val = arm_setting(arm_path)
-    return eval_windows(val, n, base['model_args']['block_size'], seed)[0]
+    return eval_windows(val, n, base['model_args']['block_size'], seed)[0].to(device)
 
 
 @torch.no_grad()
@@ -91,9 +92,9 @@ def matched_temperature_ce(arm_path, seed, windows, entropy_windows, sweep):
     linearly (verdict.sweep_parts); returns T*, whether the arm lay outside the sweep, and the base's cross-entropy
     at T* on each of the windows."""
     cfg, base_ckpt, val = arm_setting(arm_path)
-    arm, base = GPT.from_checkpoint(arm_path), GPT.from_checkpoint(base_ckpt)
+    arm, base = (GPT.from_checkpoint(c, device=windows.device) for c in (arm_path, base_ckpt))
     length = base.config.block_size
-    prompts = eval_windows(val, entropy_windows, length, seed)[1][:, :PROMPT_LEN]
+    prompts = eval_windows(val, entropy_windows, length, seed)[1][:, :PROMPT_LEN].to(windows.device)
     arm_entropy = sampler_entropy(arm, prompts, length, cfg['temperature'], cfg['top_k'], seed)
     points = [dict(temperature=t, sample_entropy=sampler_entropy(base, prompts, length, t, cfg['top_k'], seed))
               for t in sweep]
@@ -140,7 +141,7 @@ def control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature):
                          ('off', ['--judge_off=True', f"--arm_log={os.path.splitext(arm_path)[0]}_log.jsonl"]))
         path = os.path.join(a.out, f'{a.name}_{suffix}_s{seed}.pt')
         run(grpo_args + [f'--seed={seed}'], path, extra)
-    return window_ce(GPT.from_checkpoint(path), windows, temperature), ''
+    return window_ce(GPT.from_checkpoint(path, device=windows.device), windows, temperature), ''
 
 
 def share_text(gain, gain_half, dv, dv_ci):
@@ -174,6 +175,7 @@ def main():
     p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows the perplexity reads")
     p.add_argument('--sweep', default='0.9,0.95,1.0,1.05,1.1', help="--control temperature: the base's temperatures")
     p.add_argument('--entropy_windows', type=int, default=500, help='--control temperature: prompts the entropy reads')
+    p.add_argument('--device', default='cpu', help="where every model is read, in fp32 (cpu, cuda or auto)")
     p.add_argument('grpo_args', nargs=argparse.REMAINDER, help="-- then train_grpo.py's options")
     a = p.parse_args()
     dv_ci = [float(x) for x in a.dv_ci.split(',')]
@@ -183,10 +185,10 @@ def main():
     for seed in [int(s) for s in a.seeds.split(',')]:
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
         arm = run(grpo_args + [f'--seed={seed}'], arm_path)
-        windows = seed_windows(arm_path, seed, a.ppl_windows)
+        windows = seed_windows(arm_path, seed, a.ppl_windows, resolve_device(a.device))
         arm_ckpt = load_checkpoint(arm_path)
         temperature = arm_ckpt['config']['temperature']
-        arm_ce = window_ce(GPT.from_checkpoint(arm_ckpt), windows, temperature)
+        arm_ce = window_ce(GPT.from_checkpoint(arm_ckpt, device=windows.device), windows, temperature)
         ctrl_ce, note = control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature)
         tokens = windows.shape[1] - PROMPT_LEN
         effect = perplexity_effect(arm_ce, ctrl_ce, seed)

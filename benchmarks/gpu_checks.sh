@@ -77,6 +77,9 @@ print(f'{flops_per_iteration(C, \"$RUN/base_model_v1.pt\") * $MLE_ITERS:.6g}')")
 # arms, and the co-trained judge's, whose refits cost ~1.6 s of CPU a step) write apart and time nothing: side by
 # side; each game's read needs the judges' table
 export RUN OUT DEVICE TOY
+# each game read's controls side by side, their models read on the GPU: on CPU, the read of 10.7 M models overran
+# 400 s of a lease (docs/gpu.md)
+export PARALLEL=${PARALLEL:-1} READ_DEVICE=${READ_DEVICE:-$DEVICE}
 step judges 240 $PY benchmarks/bench_judge_recipes.py --run "$RUN" --recipes "${JUDGES:-window,bidirectional}" \
   --device "$DEVICE" "${RECIPES[@]}" &
 judges=$!
@@ -89,9 +92,9 @@ step game-co 420 bash benchmarks/plateau_game.sh play ngram_co &
 co=$!
 wait $judges $verdict $frozen
 pack
-step game-frozen-read 150 bash benchmarks/plateau_game.sh read ngram_frozen
+step game-frozen-read 240 bash benchmarks/plateau_game.sh read ngram_frozen
 pack
 wait $co
-step game-co-read 150 bash benchmarks/plateau_game.sh read ngram_co
+step game-co-read 240 bash benchmarks/plateau_game.sh read ngram_co
 pack
 echo "== done in $SECONDS s" | tee -a "$LOG"

@@ -9,7 +9,8 @@
 # Environment: RUN (the plateau run: RUN/base_model_v1.pt, RUN/config.json; the games go to RUN/game), OUT (logs;
 # OUT/judges.log, bench_judge_recipes' table on RUN, gives the judge's worth), DEVICE, PY, SEEDS, SCALE (the tilt's
 # a: the scale the n-gram judge's worth is largest at on this base), WORTH ('DV LO,HI': the worth, where it was not
-# read on this base), TOY=1 (toy sizes, for a CPU check).
+# read on this base), PARALLEL=1 (the read's controls side by side), READ_DEVICE (where the read's models are read,
+# in fp32: cpu unless given), TOY=1 (toy sizes, for a CPU check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUN=${RUN:-runs/plateau_gpu}
@@ -63,14 +64,27 @@ PYEOF
     echo "no n-gram row in $OUT/judges.log: run bench_judge_recipes.py on $RUN first" >&2
     exit 1
   fi
-  echo "the n-gram judge's worth: $worth (${WORTH:+given as WORTH}${WORTH:-read from $OUT/judges.log})"
+  echo "the n-gram judge's worth: $worth ($([ -n "${WORTH:-}" ] && echo given as WORTH || echo read from "$OUT/judges.log"))"
   for name in "$@"; do
-    for control in shuffled base temperature mle; do
-      $PY benchmarks/bench_share.py --out "$RUN/game" --name "$name" --seeds "$SEEDS" --control "$control" \
-        --dv "${worth% *}" --dv_ci "${worth#* }" "${READ[@]}" -- "${GAME[@]}" "$(judge_interval $name)" 2>&1 \
-        | tr '\r' '\n' | grep -v "it/s\]\|s/it\]\|^\s*$"
+    # the shuffled control first, alone: it finishes any arm cut short, which the other controls then only read, so
+    # with PARALLEL=1 (a GPU's spare cores) those run side by side without two processes resuming one arm
+    read_control "$name" shuffled "$worth"
+    for control in base temperature mle; do
+      if [ "${PARALLEL:-0}" = 1 ]; then
+        read_control "$name" "$control" "$worth" > "$OUT/read_${name}_$control.txt" &
+      else
+        read_control "$name" "$control" "$worth"
+      fi
     done
+    wait
+    [ "${PARALLEL:-0}" = 1 ] && cat "$OUT/read_${name}"_{base,temperature,mle}.txt
   done
+}
+
+read_control() {  # read_control ARM CONTROL 'DV LO,HI': bench_share's table for one arm against one control
+  $PY benchmarks/bench_share.py --out "$RUN/game" --name "$1" --seeds "$SEEDS" --control "$2" --dv "${3% *}" \
+    --dv_ci "${3#* }" --device "${READ_DEVICE:-cpu}" "${READ[@]}" -- "${GAME[@]}" "$(judge_interval "$1")" 2>&1 \
+    | tr '\r' '\n' | grep -v "it/s\]\|s/it\]\|^\s*$"
 }
 
 ARMS=("${@:2}")

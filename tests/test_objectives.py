@@ -225,7 +225,7 @@ def test_the_matched_temperature_control_finds_a_temperature_it_is_given(tmp_pat
     its base reads T* = 1."""
     bench_share = bench_share_module()
     hot = arm_checkpoint(tmp_path / 'hot.pt', char_ckpt, char_data, temperature_of_arm=1.05)
-    windows = bench_share.seed_windows(hot, 7, 20)
+    windows = bench_share.seed_windows(hot, 7, 20, 'cpu')
     t_star, outside, ce = bench_share.matched_temperature_ce(hot, 7, windows, 32, [0.9, 1.0, 1.05, 1.1])
     assert t_star == pytest.approx(1.05, abs=1e-3) and not outside
     np.testing.assert_allclose(ce, bench_share.window_ce(GPT.from_checkpoint(hot), windows, 1.0), rtol=1e-3)
@@ -241,8 +241,9 @@ def test_each_seed_reads_its_own_val_windows_by_one_reader(tmp_path, char_ckpt, 
     windows); the reader's perplexity over them is the model's at the arm's temperature."""
     bench_share = bench_share_module()
     arm = arm_checkpoint(tmp_path / 'arm.pt', char_ckpt, char_data)
-    a, b = bench_share.seed_windows(arm, 1338, 10), bench_share.seed_windows(arm, 2001, 10)
-    assert a.shape == (10, 32) and not torch.equal(a, b) and torch.equal(a, bench_share.seed_windows(arm, 1338, 10))
+    a, b = bench_share.seed_windows(arm, 1338, 10, 'cpu'), bench_share.seed_windows(arm, 2001, 10, 'cpu')
+    assert a.shape == (10, 32) and not torch.equal(a, b)
+    assert torch.equal(a, bench_share.seed_windows(arm, 1338, 10, 'cpu'))
     model = GPT.from_checkpoint(arm)
     ce = bench_share.window_ce(model, a, 1.0)
     assert ce.shape == (10,)
