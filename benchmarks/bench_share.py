@@ -182,10 +182,11 @@ def main():
     grpo_args = a.grpo_args[1:] if a.grpo_args[:1] == ['--'] else a.grpo_args
     os.makedirs(a.out, exist_ok=True)
     rows, effects, gains = [], [], []
+    device = resolve_device(a.device)
     for seed in [int(s) for s in a.seeds.split(',')]:
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
         arm = run(grpo_args + [f'--seed={seed}'], arm_path)
-        windows = seed_windows(arm_path, seed, a.ppl_windows, resolve_device(a.device))
+        windows = seed_windows(arm_path, seed, a.ppl_windows, device)
         arm_ckpt = load_checkpoint(arm_path)
         temperature = arm_ckpt['config']['temperature']
         arm_ce = window_ce(GPT.from_checkpoint(arm_ckpt, device=windows.device), windows, temperature)
