@@ -196,6 +196,36 @@ def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, 
 
 
 # -----------------------------------------------------------------------------
+# the generator's training tokens: train.bin less the tail its base held out to choose its checkpoint
+
+def held_out_tail(ckpt, n_train):
+    """How many tokens at the end of a train split of n_train tokens the generator of ckpt, and every model it was
+    trained from, never trained on: train.py's selection split (--select_tokens), which sits next to val. A
+    checkpoint records it as held_out = {tokens, of: the train split's length}; None where the record is of another
+    train split (the model never saw this one); a train.py checkpoint from before the record: its select_tokens."""
+    held = ckpt.get('held_out')
+    if held is None:
+        return int(ckpt.get('config', {}).get('select_tokens', 0) or 0)
+    return int(held['tokens']) if int(held['of']) == n_train else None
+
+
+def generator_train_tokens(train, ckpt):
+    """The generator's own training tokens: the train split less its held-out tail (held_out_tail). Every stage that
+    reads natural train text reads these (reward data, prompts, judges' natural windows, GRPO's and SPIN's real text),
+    so that no judge, arm or control reads text the base never trained on and chose its checkpoint by."""
+    tail = held_out_tail(ckpt, len(train)) or 0
+    if tail >= len(train) - 1:
+        raise UserError(f"the generator held out the last {tail:,} of the {len(train):,} train tokens: none are left "
+                        f"to read; use a larger train split or a base trained with a smaller --select_tokens")
+    return train[:len(train) - tail]
+
+
+def held_out_record(ckpt, n_train):
+    """The held_out record of a model trained from ckpt on its own training tokens (GRPO, SPIN): the same tail."""
+    return dict(tokens=held_out_tail(ckpt, n_train) or 0, of=int(n_train))
+
+
+# -----------------------------------------------------------------------------
 # the train split's words: the unknown-word rate of the evaluation, and the exact reward of GRPO's positive control
 
 VOCAB_TOKENS = 20_000_000  # the known words come from at most this many train tokens

@@ -5,6 +5,7 @@ window), its score and pair accuracy, its figures against the crossover labels, 
 online update, and the two commands that make a judge from scratch (reward data, then the reward model).
 """
 
+import json
 import math
 import os
 
@@ -14,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from data_loader import write_atomic
 from model import sequence_probs
 from two_sample import tfidf_classifier
 
@@ -166,6 +168,39 @@ class NgramJudge:
         if self.classifier is None:
             return np.full(len(texts), 0.5)
         return self.classifier.predict_proba(np.array(list(texts), dtype=object))[:, 0]
+
+    def log_odds(self, texts, eps=1e-7):
+        """log P(natural) - log P(synthetic) of each text (float64; P clipped to eps as worth.log_odds clips)."""
+        p = np.clip(self.p_natural(texts).astype(np.float64), eps, 1 - eps)
+        return np.log(p) - np.log1p(-p)
+
+    def save(self, path, tokenization):
+        """The judge as a file: the texts it was fitted on and the tokenization of the model whose windows they
+        were decoded from (JSON, written atomically); NgramJudge.load refits on them, the same judge (the fit is
+        deterministic)."""
+        if self.fitted_on is None:
+            raise ValueError("an unfitted n-gram judge knows nothing: there is nothing to save")
+        natural, samples = self.fitted_on
+
+        def write(tmp):
+            with open(tmp, 'w') as f:
+                json.dump(dict(kind='ngram', tokenization=dict(tokenization), natural=natural, samples=samples), f)
+        write_atomic(path, write)
+
+    @classmethod
+    def load(cls, path):
+        """The judge saved at path, refit on its texts; its .tokenization is the one they were decoded with."""
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get('kind') != 'ngram':
+            raise ValueError(f"{path} is not an n-gram judge's file (NgramJudge.save writes one)")
+        judge = cls()
+        judge.fit(saved['natural'], saved['samples'])
+        tokenization = saved['tokenization']
+        if tokenization.get('itos'):  # JSON's keys are strings: a char vocabulary's ids again
+            tokenization['itos'] = {int(i): c for i, c in tokenization['itos'].items()}
+        judge.tokenization = tokenization
+        return judge
 
 
 def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,

@@ -334,8 +334,9 @@ class GPT(nn.Module):
           'compile' 'static' through torch.compile (fused kernels), recorded as a CUDA graph on CUDA;
           'auto'    'graph' on CUDA, 'eager' elsewhere (auto_sampler): on an H200 the graph loop drew the eager tokens
                     3.8x faster at GRPO's shape; 'compile' was 5.0x but its bf16 tokens parted from eager's.
-        A 'graph' or 'compile' loop that fails to compile or record falls back to 'eager', with one warning; the
-        failure is remembered for that shape and settings, whose later calls go straight to 'eager'. Every call
+        A 'graph' or 'compile' loop that fails to compile or record, or a static loop whose buffers or prefill run out
+        of CUDA memory, falls back to 'eager', with one warning; the failure is remembered for that shape and
+        settings, whose later calls go straight to 'eager'. Every call
         checks, once after the loop, that the logits were finite and the tokens in the vocabulary.
         """
         assert self.config.mode == 'generator', "generate() needs a generator-mode model"
@@ -361,11 +362,14 @@ class GPT(nn.Module):
                     decoder = static_decoder(self, B, total, temperature, top_k, entropy, sampler)
                     if decoder is not None:  # None: this shape failed before, so the eager loop, silently
                         result = decoder.run(idx, start, prompt_lengths, generator)
-            except RecordingFailed as e:
+            except (RecordingFailed, torch.cuda.OutOfMemoryError) as e:
                 if decoder is not None:
-                    decoder.evict()
-                warnings.warn(f"sampler {sampler!r} failed to compile or record its decode step ({e}); this call "
-                              f"samples with the eager loop instead", RuntimeWarning, stacklevel=2)
+                    decoder.evict()  # its buffers are freed with the last reference
+                    decoder = None
+                reason = (f"failed to compile or record its decode step ({e})" if isinstance(e, RecordingFailed)
+                          else f"ran out of device memory for its buffers ({str(e).splitlines()[0][:120]})")
+                warnings.warn(f"sampler {sampler!r} {reason}; this call samples with the eager loop instead",
+                              RuntimeWarning, stacklevel=2)
                 rng.restore()
         out, ent, finite = result or self._generate_eager(*args)
         check_sampled(out, start, finite, self.config.vocab_size)
@@ -662,13 +666,18 @@ class StaticDecoder:
 
 
 _decoders = weakref.WeakKeyDictionary()  # model -> {settings: StaticDecoder}; freed with the model
+# the static decoders a model keeps, each with its buffers (output, KV cache) and graph: the least recently used is
+# freed beyond this (GRPO samples one shape, an evaluation a few more; a sweep of temperatures would otherwise keep a
+# whole KV cache for every one of them)
+MAX_DECODERS = 4
 
 
 def static_decoder(model, B, total, temperature, top_k, entropy, sampler):
     """The model's StaticDecoder for this shape and these settings, made on first use; None where one failed before
     (its failure is remembered, so it is not compiled or recorded again at every call). The cache and the failures
     are dropped when a parameter moved or changed shape (model.to, crop_block_size, a new tensor): a graph reads
-    fixed addresses."""
+    fixed addresses. At most MAX_DECODERS are kept, the least recently used freed first. A decoder whose buffers
+    do not fit in CUDA memory is a failure too (torch.cuda.OutOfMemoryError, raised to generate)."""
     device = model.transformer.wte.weight.device
     weights = tuple((p.data_ptr(), tuple(p.shape)) for p in model.parameters())
     autocast = (torch.is_autocast_enabled('cuda'), torch.get_autocast_dtype('cuda')) if device.type == 'cuda' else ()
@@ -680,8 +689,14 @@ def static_decoder(model, B, total, temperature, top_k, entropy, sampler):
         return None
     decoders = entry['decoders']
     if key not in decoders:
-        decoders[key] = StaticDecoder(model, B, total, temperature, top_k, entropy, sampler, device)
-    decoder = decoders[key]
+        while len(decoders) >= MAX_DECODERS:
+            decoders.pop(next(iter(decoders)))
+        try:
+            decoders[key] = StaticDecoder(model, B, total, temperature, top_k, entropy, sampler, device)
+        except torch.cuda.OutOfMemoryError:
+            entry['failed'].add(key)
+            raise
+    decoder = decoders[key] = decoders.pop(key)  # the most recently used last
     def evict():  # after a failure: a failed recording is never replayed, nor tried again for this shape
         decoders.pop(key, None)
         entry['failed'].add(key)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from configurator import UserError
-from data_loader import resolve_data_dir
+from data_loader import generator_train_tokens, held_out_record, resolve_data_dir
 from model import softmax_entropy
 
 
@@ -59,15 +59,18 @@ def warmup_lr(optimizer, learning_rate, warmup_steps, step):
 
 
 def prompts_and_splits(C, block_size, ckpt):
-    """The largest prompt length (C.max_prompt_len, default block_size // 2; checked) and the memory-mapped train
-    and val splits of C.dataset (default: the checkpoint's own dataset)."""
+    """The largest prompt length (C.max_prompt_len, default block_size // 2; checked), the memory-mapped splits of
+    C.dataset (default: the checkpoint's own dataset): the generator's own training tokens (the train split less the
+    tail its base held out, data_loader.generator_train_tokens) and val, and the held_out record of the policy
+    trained on them. C.dataset is set to the folder read, so that the policy's checkpoint names its data."""
     hi = C.max_prompt_len or block_size // 2
     if not 1 <= C.min_prompt_len <= hi < block_size:
         raise UserError(f"need 1 <= min_prompt_len <= max_prompt_len < block_size ({block_size}); "
                         f"got {C.min_prompt_len}, {hi}")
-    data_dir = resolve_data_dir(C.dataset or ckpt.get('config', {}).get('dataset', ''))
-    return hi, *(np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
-                 for split in ('train', 'val'))
+    data_dir = C.dataset = resolve_data_dir(C.dataset or ckpt.get('config', {}).get('dataset', ''))
+    train, val = (np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+                  for split in ('train', 'val'))
+    return hi, generator_train_tokens(train, ckpt), val, held_out_record(ckpt, len(train))
 
 
 def sample_windows(train, n, lo, hi, block_size, rng):

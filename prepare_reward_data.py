@@ -1,5 +1,6 @@
 """
-Build the reward model's data: natural token blocks of length N (drawn from the whole split) whose tail, from a crossover K ~ U[1, N-1], is
+Build the reward model's data: natural token blocks of length N (drawn from the whole split; of the train split, only
+the base's own training tokens: data_loader.generator_train_tokens) whose tail, from a crossover K ~ U[1, N-1], is
 rewritten by the base model. Label [K/N, (N-K)/N] = [share natural, share synthetic]. Train samples come only from
 the train split, val samples only from the val split. --crossover_k 8 fixes K: every sample is an 8-token natural
 prompt and the model's continuation, as the two-sample test's samples are (with samples_per_chunk 1 and
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from configurator import UserError, run_cli
-from data_loader import load_token_splits
+from data_loader import generator_train_tokens, load_token_splits
 from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
@@ -171,6 +172,7 @@ def main(argv):
     train, val, tok_info = load_token_splits(cfg.input_mode, cfg.data_path, cfg.train_bin, cfg.val_bin,
                                              cfg.tokenization, cfg.meta_path, cfg.train_split, N, cfg.split_block)
     TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(tok_info, cfg.model_path, 'the data')
+    n_train, train = len(train), generator_train_tokens(train, ckpt)  # never the tail the base held out
     tmp_dir = f"{cfg.output_dir.rstrip(os.sep)}.partial"
     if rt.master:
         shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of an interrupted run are never trusted
@@ -197,6 +199,7 @@ def main(argv):
             write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks),
                                                    blocks_in_split=n_total, block_selection=drawn,
                                                    excluded_eval_windows=len(exclude),
+                                                   held_out_tail=n_train - len(train) if split == 'train' else 0,
                                                    block_offsets_file=f'{split}_block_offsets.bin',
                                                    natural_file=f'{split}_natural.bin',
                                                    flops=model.flops_per_token() * len(x) * N), offsets, blocks)

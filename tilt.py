@@ -21,9 +21,10 @@ Both agree for a constant judge (pi itself) and close in on the tilt's from eith
 import numpy as np
 import torch
 
+from judge import NgramJudge
 from model import GPT, load_checkpoint
 from policy import token_logprobs
-from tokenization_manager import TokenizationInfo
+from tokenization_manager import TokenizationInfo, TokenizationManager
 from worth import effective_sample_size, log_odds, telescoped_log_odds, tilt_choice
 
 TILT_PPL_K = (8, 32, 128)  # the candidates a prompt at which the tilt's perplexity is shown
@@ -59,14 +60,21 @@ def judge_log_odds(judge, windows, prompt_len):
 
 
 class TiltSource:
-    """What tilts the generator: a reward model's log-odds, or a better generator's exact log-ratio to it."""
+    """What tilts the generator: a reward model's log-odds, an n-gram judge's (its file, judge.NgramJudge.save:
+    read on the completion's text), or a better generator's exact log-ratio to it."""
 
     def __init__(self, path, generator, generator_ckpt, temperature, device):
-        ckpt = load_checkpoint(path)
+        if path.endswith('.json'):
+            self.model = NgramJudge.load(path)
+            self.kind, tokenization = 'n-gram judge', self.model.tokenization
+        else:
+            ckpt = load_checkpoint(path)
+            self.model, tokenization = GPT.from_checkpoint(ckpt, device=device), ckpt['tokenization']
+            self.kind = 'judge' if ckpt['model_args'].get('mode') == 'reward' else 'exact log-ratio'
         TokenizationInfo.from_dict(generator_ckpt['tokenization']).check_compatible(
-            TokenizationInfo.from_dict(ckpt['tokenization']), 'the generator', path)
-        self.path, self.model, self.generator = path, GPT.from_checkpoint(ckpt, device=device), generator
-        self.kind = 'judge' if ckpt['model_args'].get('mode') == 'reward' else 'exact log-ratio'
+            TokenizationInfo.from_dict(tokenization), 'the generator', path)
+        self.path, self.generator = path, generator
+        self.tokenizer = TokenizationManager.from_info(generator_ckpt['tokenization'])
         self.temperature = temperature  # the tilted generator's sampling law pi is pi at this temperature
 
     @torch.no_grad()
@@ -75,12 +83,17 @@ class TiltSource:
         if self.kind == 'exact log-ratio':
             return completion_logprob(self.model, windows, prompt_len) \
                 - completion_logprob(self.generator, windows, prompt_len, self.temperature)
+        if self.kind == 'n-gram judge':
+            return self.model.log_odds([self.tokenizer.decode(w) for w in windows[:, prompt_len:].tolist()])
         return judge_log_odds(self.model, windows, prompt_len)
 
     def flops_per_window(self, length, prompt_len):
-        """Model FLOPs of scoring one window (the generator's own pass too, for an exact log-ratio)."""
+        """Model FLOPs of scoring one window (the generator's own pass too, for an exact log-ratio; none for an
+        n-gram judge, which runs no network)."""
         if self.kind == 'exact log-ratio':
             return (self.model.flops_per_token() + self.generator.flops_per_token()) * (length - prompt_len)
+        if self.kind == 'n-gram judge':
+            return 0
         return self.model.flops_per_token() * min(length, self.model.config.block_size)
 
 

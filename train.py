@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
-from data_loader import resolve_data_dir
+from data_loader import held_out_tail, resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
                    save_checkpoint, update_checkpoint)
@@ -185,6 +185,10 @@ def main(argv):
 
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
     model, ckpt = init_model(C, tokenizer, data_dir)
+    # the tail of train.bin that no model of this one's line trained on, which every later stage leaves unread
+    # (data_loader.generator_train_tokens): this run's selection split, less what the checkpoint it starts from read
+    start_tail = n_train if ckpt is None else held_out_tail(ckpt, n_train)
+    held_out = dict(tokens=min(C.select_tokens, n_train if start_tail is None else start_tail), of=n_train)
     iter_num, best_val_loss = 0, float('inf')
     if C.init_from == 'resume':
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')
@@ -230,7 +234,7 @@ def main(argv):
     def save(losses):
         save_checkpoint(os.path.join(C.out_dir, 'ckpt.pt'), raw_model, iter_num=iter_num, best_val_loss=best_val_loss,
                         config=vars(C), tokenization=tokenizer.info(), optimizer=optimizer,
-                        early_stopping=stopper.state_dict(),
+                        early_stopping=stopper.state_dict(), held_out=held_out,
                         metrics={f'{k}_loss': v for k, v in losses.items()})
 
     def loss_line(losses):

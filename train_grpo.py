@@ -16,7 +16,8 @@ rollouts, both scored in the same pass and precision (judge_sight, an instrument
 counted in the run's FLOPs). With judge_update_interval=k the judge keeps
 up (GAD, TextGAIL): every k steps its head takes judge_steps optimizer steps on the latest rollouts and a replay of
 earlier steps' (its trunk stays frozen, so the features the scoring pass computed are all it needs); the final
-judge is saved beside the policy as *_judge.pt. A pairwise judge (train_reward_model.py --loss=pairwise) is also
+judge is saved beside the policy as *_judge.pt (the n-gram judge, --judge=ngram, as *_judge.json: the texts it was
+fitted on). A pairwise judge (train_reward_model.py --loss=pairwise) is also
 scored against each prompt's natural window: how often it ranks that window above the rollout is logged
 (judge_pair_accuracy), and online it learns from those pairs.
 
@@ -508,7 +509,7 @@ def setup(C, rt):
     if not run.ngram:
         run.judge_fn = (lambda x: reward_model(x, per_token=True)[0]) if run.judge_trunk else reward_model.reward_head
         run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
-    run.hi, run.train, run.val = prompts_and_splits(C, run.N, policy_ckpt)
+    run.hi, run.train, run.val, run.held_out = prompts_and_splits(C, run.N, policy_ckpt)
     if C.law_positions > run.N - run.hi:
         raise UserError(f"--law_positions={C.law_positions} is more than the shortest completion's "
                         f"{run.N - run.hi} positions: pass at most that")
@@ -528,7 +529,8 @@ def setup(C, rt):
     run.n_prompts = C.prompts_per_step // rt.world_size
     run.max_completion = run.N - C.min_prompt_len
     stem = os.path.splitext(C.out_path)[0]
-    run.log_path, run.judge_path, run.plot_path = stem + '_log.jsonl', stem + '_judge.pt', stem + '_curves.png'
+    run.log_path, run.plot_path = stem + '_log.jsonl', stem + '_curves.png'
+    run.judge_path = stem + ('_judge.json' if run.ngram else '_judge.pt')  # the judge as it stands (save)
     run.state_path = resume_file(C.out_path, rt.rank)
     run.signature = run_signature(vars(C), [C.policy_path] + ([C.reward_model_path] if not run.ngram else [])
                                   + ([C.teacher_path] if C.teacher_path else []))
@@ -600,10 +602,11 @@ def val_ppl(run):
 
 
 def save(run, step, stop_reason, **final):
-    """The policy checkpoint (with its history and compute), and the online judge as it stands beside it."""
+    """The policy checkpoint (with its history and compute), and the online judge as it stands beside it (the n-gram
+    judge as the texts it was fitted on: the judge that played, whose worth bench_share.py reads)."""
     C = run.C
     save_checkpoint(C.out_path, run.policy, iter_num=step, best_val_loss=None, config=vars(C),
-                    tokenization=run.policy_ckpt['tokenization'], optimizer=run.optimizer,
+                    tokenization=run.policy_ckpt['tokenization'], optimizer=run.optimizer, held_out=run.held_out,
                     metrics=dict(history=run.history, stop_reason=stop_reason, val_ppl_start=run.ppl_start,
                                  ppl_tokens=run.ppl_tokens, judge_warmup=run.warmup,
                                  referee_auc_start=run.referee_start,
@@ -616,6 +619,8 @@ def save(run, step, stop_reason, **final):
                                     loss=run.judge_loss_kind, online_unfreeze_layers=C.judge_unfreeze_layers),
                         tokenization=run.rm_ckpt['tokenization'], data_block_size=run.N,
                         metrics={k: last[k] for k in last if k.startswith('judge')})
+    if run.ngram and run.ngram.fitted_on is not None:
+        run.ngram.save(run.judge_path, run.policy_ckpt['tokenization'])
 
 
 # -----------------------------------------------------------------------------

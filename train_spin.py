@@ -131,7 +131,7 @@ def main(argv):
     ckpt, policy, opponents = load_policy(C, rt)
     reference = opponents[0]
     N = policy.config.block_size
-    hi, train, val = prompts_and_splits(C, N, ckpt)
+    hi, train, val, held_out = prompts_and_splits(C, N, ckpt)
     optimizer = policy.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
     trained = DDP(policy) if rt.ddp else policy
     rng = np.random.default_rng([C.seed, rt.rank])
@@ -229,9 +229,9 @@ def main(argv):
     if rt.master:
         end = history[-1]
         save_checkpoint(C.out_path, policy, iter_num=len(history), config=vars(C), tokenization=ckpt['tokenization'],
-                        optimizer=optimizer, metrics=dict(history=history, start=start, stop_reason='max_steps',
-                                                          final_val_ppl=end['val_ppl'],
-                                                          flops=flops_per_step * len(history)))
+                        optimizer=optimizer, held_out=held_out,
+                        metrics=dict(history=history, start=start, stop_reason='max_steps',
+                                     final_val_ppl=end['val_ppl'], flops=flops_per_step * len(history)))
         print(f"done: {len(history)} steps; held-out margin {start['heldout_margin']:.3f} -> "
               f"{end['heldout_margin']:.3f}, log p real {start['heldout_logp_real']:.2f} -> "
               f"{end['heldout_logp_real']:.2f}, generated {start['heldout_logp_generated']:.2f} -> "

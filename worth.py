@@ -68,6 +68,36 @@ def dv_bound(f_natural, f_samples, seed=0, scales=SCALES):
                 dv_at_scale_1=dv(f_natural, f_samples), dv_n=[len(nat), len(smp)], dv_ess=effective_sample_size(smp))
 
 
+def dv_per_prompt(f_natural, f_samples):
+    """
+    Each prompt's bound read within its own group: its natural completion x (f_natural, (n,)) against K samples y_k
+    of the same prompt (f_samples, (n, K)), f(x) - log((e^{f(x)} + sum_k e^{f(y_k)}) / (K + 1)). That is tilt.py's
+    conservative estimator of the likelihood gain over pi of the judge's resampling tilt with K + 1 candidates: in
+    expectation at most that gain, itself at most the prompt's KL(natural || pi), and at most log(K + 1). A constant
+    added to one prompt's scores leaves it unchanged: the reading for judges that fix their scores only up to a
+    constant a prompt (ranking NCE), where dv's one log-mean-exp over every prompt's samples is not a reading.
+    """
+    f_natural = np.asarray(f_natural, dtype=np.float64)
+    group = np.concatenate([f_natural[:, None], np.asarray(f_samples, dtype=np.float64)], axis=1)
+    top = group.max(axis=1)
+    log_z = top + np.log(np.exp(group - top[:, None]).mean(axis=1))
+    return f_natural - log_z
+
+
+def dv_bound_per_prompt(f_natural, f_samples, seed=0, scales=SCALES):
+    """A judge's worth read per prompt (dv_per_prompt, mean over prompts): at the scale that maximises it on one half
+    of the prompts, read on the other half, with a 95% bootstrap interval over that half's prompts. No scale needs an
+    effective-sample-size guard: the estimator errs low, not high."""
+    f_natural, f_samples = np.asarray(f_natural, dtype=np.float64), np.asarray(f_samples, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    pick, read = np.array_split(rng.permutation(len(f_natural)), 2)
+    scale = max(scales, key=lambda a: dv_per_prompt(a * f_natural[pick], a * f_samples[pick]).mean())
+    gains = dv_per_prompt(scale * f_natural[read], scale * f_samples[read])
+    boots = [gains[rng.integers(0, len(gains), len(gains))].mean() for _ in range(BOOTSTRAP)]
+    return dict(dv=float(gains.mean()), dv_ci=[float(q) for q in np.percentile(boots, [2.5, 97.5])],
+                dv_scale=scale, dv_n=[len(read), f_samples.shape[1]])
+
+
 def log_odds(probs, eps=1e-7):
     """A judge's log-odds log P(natural) - log P(synthetic) from its (B, 2) probabilities (float64, clipped to eps
     so that a saturated judge reads about ±16 rather than infinity)."""

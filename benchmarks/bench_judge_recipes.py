@@ -22,6 +22,9 @@ given the same sampled windows and passes over them:
                regression on both.
 Beside them, the MLE control given the largest recipe's FLOPs (run_cycles.mle_stage's rule, its best checkpoint
 kept) and its exact log-ratio: what the same compute buys as next-token training, in the same nats.
+Every judge is also read per prompt (worth.dv_bound_per_prompt): each natural val window against --negatives of the
+base's continuations of its own prompt, the normaliser within that group. Ranking NCE fixes its scores only up to a
+constant a prompt, so its worth is that column's; the pooled DV is no reading of it.
 
   python benchmarks/bench_judge_recipes.py --run runs/base [--windows 10000] [--epochs 2] [--num_samples 1000]
       [--law_windows 100] [--seed 1337] [--negatives 8] [--recipes crossover,window,...] [--device auto]
@@ -49,10 +52,10 @@ from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
 from runtime import resolve_device  # noqa: E402
 from shared import mle_control  # noqa: E402
-from tilt import completion_logprob, judge_law_cross_entropy, judge_log_odds  # noqa: E402
+from tilt import candidates, completion_logprob, judge_law_cross_entropy, judge_log_odds  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
-from worth import dv_bound  # noqa: E402
+from worth import dv_bound, dv_bound_per_prompt  # noqa: E402
 
 # each GPT recipe: (its data, train_reward_model.py options)
 RECIPES = {
@@ -114,12 +117,18 @@ def combined_judge(data, tok, base, device):
     return log_odds_of, base.flops_per_token() * windows.numel()
 
 
-def row(name, f_natural, f_samples, flops, seed, tokens, law=None):
-    """A table row: the judge's FLOPs, sight, worth a window and a written token, and its next-token law."""
-    b = dv_bound(f_natural, f_samples, seed)
+def row(name, score, texts, flops, seed, law=None):
+    """A table row: the judge's FLOPs, sight, worth a window (pooled, and per prompt) and a written token, and its
+    next-token law. score: the judge's log-odds of windows; texts: (natural, samples of other prompts, (n, K, L)
+    samples of each natural window's own prompt)."""
+    natural, samples, group = texts
+    f_natural, f_samples = score(natural), score(samples)
+    f_group = score(group.reshape(-1, group.shape[-1])).reshape(group.shape[:2])
+    b, g = dv_bound(f_natural, f_samples, seed), dv_bound_per_prompt(f_natural, f_group, seed)
     auc = sight_auc(1 / (1 + np.exp(-f_natural)), 1 / (1 + np.exp(-f_samples)))
     return (f"| {name} | {flops:.3g} | {auc:.3f} | {b['dv']:.2f} [{b['dv_ci'][0]:.2f}, {b['dv_ci'][1]:.2f}] "
-            f"(×{b['dv_scale']:g}) | {b['dv'] / tokens:.4f} | " + (law or '–') + ' |'), b
+            f"(×{b['dv_scale']:g}) | {g['dv']:.2f} [{g['dv_ci'][0]:.2f}, {g['dv_ci'][1]:.2f}] (×{g['dv_scale']:g}) | "
+            f"{b['dv'] / (natural.shape[1] - PROMPT_LEN):.4f} | " + (law or '–') + ' |'), b
 
 
 def main():
@@ -130,7 +139,8 @@ def main():
     p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--law_windows', type=int, default=100)
     p.add_argument('--seed', type=int, default=1337)
-    p.add_argument('--negatives', type=int, default=8, help="the ranking recipe's continuations a natural window")
+    p.add_argument('--negatives', type=int, default=8, help="the ranking recipe's continuations a natural window, "
+                   "and the per-prompt reading's continuations of each natural val window's prompt")
     p.add_argument('--recipes', default=','.join(RECIPES), help="the GPT recipes to train and read, comma-separated")
     p.add_argument('--device', default='auto', help="where every model reads and samples (auto: cuda when available)")
     A = p.parse_args()
@@ -147,9 +157,11 @@ def main():
     tok = TokenizationManager.from_info(load_checkpoint(base_path)['tokenization'])
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     natural, prompts = (w.to(device) for w in eval_windows(val, A.num_samples, base.config.block_size, A.seed))
+    gen = torch.Generator(device=device).manual_seed(A.seed)
     with torch.no_grad():
-        samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN,
-                                generator=torch.Generator(device=device).manual_seed(A.seed))
+        samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN, generator=gen)
+    group = candidates(base, natural[:, :PROMPT_LEN], natural.shape[1], A.negatives, 1.0, None, gen)[0]
+    texts = (natural, samples, group)
     len_completion = natural.shape[1] - PROMPT_LEN
     law_natural = natural[:A.law_windows]
     base_law = np.exp(np.mean(-completion_logprob(base, law_natural, PROMPT_LEN) / len_completion))
@@ -174,29 +186,30 @@ def main():
         if judge.config.reward_pooling == 'token':
             ce, own = judge_law_cross_entropy(base, judge, law_natural, PROMPT_LEN)
             law = f"{np.exp(ce.mean()):.3f} (base {np.exp(own.mean()):.3f})"
-        f_natural, f_samples = (judge_log_odds(judge, w, PROMPT_LEN) for w in (natural, samples))
-        lines.append(row(name, f_natural, f_samples, spent[name], A.seed, len_completion, law)[0])
+        lines.append(row(name, lambda w: judge_log_odds(judge, w, PROMPT_LEN), texts, spent[name], A.seed, law)[0])
     ngram = ngram_judge(os.path.join(work, 'data_window'), tok)
-    p_nat, p_smp = (np.clip(ngram.p_natural(completion_texts(tok, w)), 1e-7, 1 - 1e-7) for w in (natural, samples))
-    lines.append(row('n-gram', np.log(p_nat / (1 - p_nat)), np.log(p_smp / (1 - p_smp)), data_flops['window'],
-                     A.seed, len_completion)[0])
+    lines.append(row('n-gram', lambda w: ngram.log_odds(completion_texts(tok, w)), texts, data_flops['window'],
+                     A.seed)[0])
     combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base, device)
-    lines.append(row("combined (n-gram + the base's features)", combined(natural), combined(samples),
-                     data_flops['window'] + pass_flops, A.seed, len_completion)[0])
+    lines.append(row("combined (n-gram + the base's features)", combined, texts, data_flops['window'] + pass_flops,
+                     A.seed)[0])
     most = max(spent.values())  # the MLE control's file is named by its budget: reused only at the same FLOPs
     mle = GPT.from_checkpoint(mle_control(cfg, base_path, most, os.path.join(work, f'mle_at_{most:.4g}_flops.pt'),
                                           cfg['seed'] + 1), device=device)
-    f_nat = completion_logprob(mle, natural, PROMPT_LEN) - completion_logprob(base, natural, PROMPT_LEN)
-    f_smp = completion_logprob(mle, samples, PROMPT_LEN) - completion_logprob(base, samples, PROMPT_LEN)
-    mle_line, _ = row('MLE control, exact log-ratio', f_nat, f_smp, most, A.seed, len_completion)
+
+    def mle_ratio(w):
+        return completion_logprob(mle, w, PROMPT_LEN) - completion_logprob(base, w, PROMPT_LEN)
+    mle_line, _ = row('MLE control, exact log-ratio', mle_ratio, texts, most, A.seed)
+    gap = mle_ratio(natural).mean()
     print(f"\n{A.windows} sampled windows a recipe, {A.epochs} epochs; read on {A.num_samples} natural val windows "
-          f"against as many base samples, {len_completion} tokens written; base perplexity on the law's "
-          f"{A.law_windows} windows {base_law:.3f}\n"
-          "| judge | FLOPs (data + training) | sight (AUC) | DV, nats a window [95%] (scale) | DV, nats a token | "
-          "next-token law's perplexity |\n|---|---|---|---|---|---|")
+          f"against as many base samples of other prompts (DV) and {A.negatives} of their own prompt (per prompt), "
+          f"{len_completion} tokens written; base perplexity on the law's {A.law_windows} windows {base_law:.3f}\n"
+          "| judge | FLOPs (data + training) | sight (AUC) | DV, nats a window [95%] (scale) | per prompt, "
+          f"{A.negatives} + 1 a group [95%] (scale) | DV, nats a token | next-token law's perplexity |\n"
+          "|---|---|---|---|---|---|---|")
     print('\n'.join(lines + [mle_line]))
-    print(f"the MLE control's exact cross-entropy gap to the base on these natural windows: {f_nat.mean():.2f} nats a "
-          f"window ({f_nat.mean() / len_completion:.4f} a token)")
+    print(f"the MLE control's exact cross-entropy gap to the base on these natural windows: {gap:.2f} nats a "
+          f"window ({gap / len_completion:.4f} a token)")
     print(f"{time.time() - t0:.0f} s")
 
 

@@ -33,7 +33,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data_loader import resolve_data_dir  # noqa: E402
-from data_loader import train_words, unknown_word_rate  # noqa: E402
+from data_loader import generator_train_tokens, train_words, unknown_word_rate  # noqa: E402
 from auc import sight_auc, sight_auc_sd  # noqa: E402
 from judge import NgramJudge  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
@@ -70,6 +70,7 @@ def main():
     TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(TokenizationInfo.from_dict(tok.info()),
                                                                      a.model, data_dir)
     split = {s: np.memmap(os.path.join(data_dir, f'{s}.bin'), dtype=np.uint16, mode='r') for s in ('train', 'val')}
+    split['train'] = generator_train_tokens(split['train'], ckpt)  # never the tail the generator held out
     n, N, t0 = a.num_samples, model.config.block_size, time.time()
     gen = torch.Generator().manual_seed(a.seed)
     # val: evaluate.py's windows (the natural reference, and the windows its prompts are cut from: natural val text

@@ -1,11 +1,19 @@
 """
 What a game carries of what its judge knows: one train_grpo.py setting run over trainer seeds, each seed beside its
-control, and the generator's val likelihood gain over that control in nats per completion, beside the judge's worth
-in the same nats (its Donsker-Varadhan bound on the base, worth.py, measured before the game): the share realised.
+control, and the generator's val likelihood gain over that control in nats per completion, beside the worth in the
+same nats of the judge that played (its Donsker-Varadhan bound, worth.py, read on the base the game started from):
+the share realised.
 
-  python benchmarks/bench_share.py --out runs/share --name ngram_kl --dv 1.46 --dv_ci 1.31,1.63 \
-      --seeds 1338,2001,3001 [--control judge_off|shuffled|temperature|mle] -- --policy_path=BASE.pt ...
+  python benchmarks/bench_share.py --out runs/share --name ngram_kl --seeds 1338,2001,3001 \
+      [--control judge_off|shuffled|temperature|mle] [--worth_samples 1000] -- --policy_path=BASE.pt ...
       (train_grpo.py's options after --)
+
+The judge that played is each seed's own, as the game saved it (played_judge): a frozen reward model's checkpoint,
+the online judge's OUT/NAME_s{seed}_judge.pt, or the n-gram judge's OUT/NAME_s{seed}_judge.json (the texts it was
+fitted on; with --judge_update_interval beyond the game's steps, the judge of the warm-up, frozen). Its worth is read
+on the arm's base, on --worth_samples natural val windows against the base's continuations of as many other val
+prompts (the seed's own draw, apart from its perplexity windows), and the worth over seeds is their mean with a t
+interval. A reward that is no judge (a teacher's log-ratio, known words) has no share.
 
 The controls: judge_off, the same trainer with the judge's signal removed; base, the arm's starting policy itself
 (with the KL inside the reward judge-off never moves: it is the base, bit for bit); shuffled, the judge's own rewards
@@ -26,9 +34,11 @@ drawn from the seed), so each seed has its own draws. A seed's effect is paired 
 ppl(control) with a bootstrap interval, and its gain ln(ppl(control) / ppl(arm)) nats a token times the completion's
 tokens (block size minus the two-sample prompt, the windows the judges' worth is read on). The verdict on the method
 is verdict.seed_effect's t interval over the seeds; the share's interval carries the worth's own
-(verdict.share_interval, Fieller's), and a worth whose interval holds 0 has no share.
+(verdict.share_interval, Fieller's), and a worth whose interval holds 0 has no share. A run is trained under a lock
+on its checkpoint's name, so reads side by side never resume one run in two processes.
 """
 import argparse
+import fcntl
 import json
 import os
 import subprocess
@@ -43,9 +53,11 @@ sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import prompts_and_splits  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import effect_text, mle_control, window_ce  # noqa: E402
+from shared import effect_text, judge_worth, mle_control, window_ce  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect, share_interval, sweep_parts  # noqa: E402
+
+WORTH_DRAW = 1  # the worth's val windows come from the generator [seed, WORTH_DRAW], apart from the seed's own
 
 
 def finished(out_path):
@@ -56,11 +68,14 @@ def finished(out_path):
 
 def run(args, out_path, extra=()):
     """train_grpo.py with these options to out_path, unless it has finished there (an interrupted run resumes);
-    returns its metrics."""
-    if not finished(out_path):
-        subprocess.run([sys.executable, os.path.join(ROOT, 'train_grpo.py'), *args, f'--out_path={out_path}',
-                        '--resume=True', *extra], check=True)
-    return load_checkpoint(out_path)['metrics']
+    returns its metrics. The check and the run hold a lock on out_path + '.lock': a second read waits for the first
+    to finish the run, then reuses it."""
+    with open(out_path + '.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not finished(out_path):
+            subprocess.run([sys.executable, os.path.join(ROOT, 'train_grpo.py'), *args, f'--out_path={out_path}',
+                            '--resume=True', *extra], check=True)
+        return load_checkpoint(out_path)['metrics']
 
 
 def arm_setting(arm_path):
@@ -77,6 +92,26 @@ def sampler_entropy(model, prompts, length, temperature, top_k, seed):
     gen = torch.Generator(device=prompts.device).manual_seed(seed)
     return float(model.generate(prompts, length - prompts.shape[1], temperature, top_k, generator=gen,
                                 entropy=True)[1].double().mean())
+
+
+def played_judge(arm_path):
+    """The file of the judge the arm played as the game saved it (train_grpo.py), or None for a reward that is no
+    judge: the n-gram judge's texts, the online judge's checkpoint, or the frozen reward model's."""
+    cfg = load_checkpoint(arm_path)['config']
+    if cfg.get('reward') != 'judge':
+        return None
+    stem = os.path.splitext(arm_path)[0]
+    if cfg.get('judge') == 'ngram':
+        return stem + '_judge.json'
+    return stem + '_judge.pt' if cfg.get('judge_update_interval') else cfg['reward_model_path']
+
+
+def played_worth(arm_path, seed, n, device):
+    """The worth of the judge the arm played (played_judge), read on the arm's base at its sampling temperature:
+    shared.judge_worth on this seed's own draw of val windows, apart from its perplexity windows."""
+    cfg, base, val = arm_setting(arm_path)
+    return judge_worth(played_judge(arm_path), cfg['policy_path'], val, n, [seed, WORTH_DRAW], device,
+                              cfg['temperature'])
 
 
 def seed_windows(arm_path, seed, n, device):
@@ -146,6 +181,8 @@ def control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature):
 
 def share_text(gain, gain_half, dv, dv_ci):
     """The share of the worth with its interval (verdict.share_interval), or why it has none."""
+    if dv is None:
+        return "not defined (the reward is no judge)"
     if dv_ci[0] <= 0 <= dv_ci[1]:
         return f"not defined (the worth's interval [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}] holds 0)"
     ci = share_interval(gain, gain_half, dv, dv_ci)
@@ -169,8 +206,8 @@ def main():
     p.add_argument('--out', required=True)
     p.add_argument('--name', required=True)
     p.add_argument('--seeds', default='1338,2001,3001')
-    p.add_argument('--dv', type=float, required=True, help="the judge's worth on the base, nats a completion")
-    p.add_argument('--dv_ci', required=True, help="its 95%% interval, LO,HI (the worth's bootstrap)")
+    p.add_argument('--worth_samples', type=int, default=1000, help="natural val windows (and as many base "
+                   "samples) the worth of the judge that played is read on")
     p.add_argument('--control', choices=tuple(CONTROL_NAMES), default='judge_off')
     p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows the perplexity reads")
     p.add_argument('--sweep', default='0.9,0.95,1.0,1.05,1.1', help="--control temperature: the base's temperatures")
@@ -178,10 +215,9 @@ def main():
     p.add_argument('--device', default='cpu', help="where every model is read, in fp32 (cpu, cuda or auto)")
     p.add_argument('grpo_args', nargs=argparse.REMAINDER, help="-- then train_grpo.py's options")
     a = p.parse_args()
-    dv_ci = [float(x) for x in a.dv_ci.split(',')]
     grpo_args = a.grpo_args[1:] if a.grpo_args[:1] == ['--'] else a.grpo_args
     os.makedirs(a.out, exist_ok=True)
-    rows, effects, gains = [], [], []
+    rows, effects, gains, worths = [], [], [], []
     device = resolve_device(a.device)
     for seed in [int(s) for s in a.seeds.split(',')]:
         arm_path = os.path.join(a.out, f'{a.name}_s{seed}.pt')
@@ -196,20 +232,41 @@ def main():
         gain = seed_share(np.exp(arm_ce.mean()), np.exp(ctrl_ce.mean()), tokens)[1]
         effects.append(effect)
         gains.append(gain)
+        worth = played_judge(arm_path) and played_worth(arm_path, seed, a.worth_samples, device)
+        worths += [worth] if worth else []
         rows.append(f"| {seed} | {np.exp(arm_ce.mean()):.3f} | {np.exp(ctrl_ce.mean()):.3f}{note} | "
-                    f"{effect_text(effect)} | {gain:+.3f} |")
+                    f"{effect_text(effect)} | {gain:+.3f} | " + (worth_text(worth) if worth else '–') + ' |')
     method = seed_effect(effects, PPL_MARGIN)
     gain = seed_effect(gains, np.inf)  # the same t interval, on the gains in nats
     half = (gain['ci'][1] - gain['ci'][0]) / 2
-    print(f"\n{a.name}: the judge's worth {a.dv:.2f} [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}] nats a completion ({tokens} "
-          f"tokens); {a.ppl_windows} val windows a seed, its own{judge_flops_note(arm_path)}")
+    dv, dv_ci = worth_over_seeds(worths)
+    print(f"\n{a.name}: {a.ppl_windows} val windows a seed, its own, {tokens} tokens a completion"
+          f"{judge_flops_note(arm_path)}")
     control = CONTROL_NAMES[a.control]
-    print(f'| seed | arm val ppl | {control} control | effect on ppl [95%, its windows] | gain, nats a completion |'
-          '\n|---|---|---|---|---|')
+    print(f'| seed | arm val ppl | {control} control | effect on ppl [95%, its windows] | gain, nats a completion | '
+          'the judge that played: its worth on the base [95%] |\n|---|---|---|---|---|---|')
     print('\n'.join(rows))
     print(f"| **over {len(effects)} seeds** | | | **{label_text(method)}** {method['effect']:+.2%} "
-          f"[{method['ci'][0]:+.2%}, {method['ci'][1]:+.2%}] | {np.mean(gains):+.3f} ± {half:.3f} |")
-    print(f"share of the worth: {share_text(np.mean(gains), half, a.dv, dv_ci)}")
+          f"[{method['ci'][0]:+.2%}, {method['ci'][1]:+.2%}] | {np.mean(gains):+.3f} ± {half:.3f} | "
+          + ('–' if dv is None else f"{dv:.2f} [{dv_ci[0]:.2f}, {dv_ci[1]:.2f}]") + ' |')
+    print(f"share of the worth of the judge that played: {share_text(np.mean(gains), half, dv, dv_ci)}")
+
+
+def worth_text(worth):
+    """A seed's judge and its worth, as the table prints them."""
+    return (f"{os.path.relpath(worth['judge'])}: {worth['dv']:.2f} [{worth['dv_ci'][0]:.2f}, "
+            f"{worth['dv_ci'][1]:.2f}] (×{worth['dv_scale']:g})")
+
+
+def worth_over_seeds(worths):
+    """The worth of the judges that played over the seeds: their mean with a t interval (verdict.seed_effect's), one
+    seed's own bootstrap interval, or (None, None) where no judge played."""
+    if not worths:
+        return None, None
+    if len(worths) == 1:
+        return worths[0]['dv'], worths[0]['dv_ci']
+    over = seed_effect([w['dv'] for w in worths], np.inf)
+    return over['effect'], over['ci']
 
 
 if __name__ == '__main__':

@@ -8,7 +8,7 @@
 #   here:   bash ../shared/gpu/stage.sh          (the corpus and the wheels the GPU machine lacks, into .gpu/)
 #   there:  <the line stage.sh prints> bash benchmarks/gpu_checks.sh          (run's carry: .gpu)
 #   some steps only:  STEPS=plateau-base,judges bash benchmarks/gpu_checks.sh
-#   the game (named only):  STEPS=plateau-base,game-frozen,game-frozen-read WORTH='0.52 0.42,0.62' bash ...
+#   the game (named only):  STEPS=plateau-base,game-frozen,game-frozen-read bash ...
 #   on CPU at toy sizes, what a machine without a GPU can check of it:
 #           TOY=1 DEVICE=cpu OUT=/tmp/gpu_checks RUN=/tmp/gpu_checks_run bash benchmarks/gpu_checks.sh
 set -uo pipefail
@@ -75,7 +75,7 @@ C = types.SimpleNamespace(**json.load(open('$RUN/config.json')))
 print(f'{flops_per_iteration(C, \"$RUN/base_model_v1.pt\") * $MLE_ITERS:.6g}')")
 # the judges, the plateau's MLE controls and the game at the plateau (benchmarks/plateau_game.sh: the frozen judge's
 # arms, and the co-trained judge's, whose refits cost ~1.6 s of CPU a step) write apart and time nothing: side by
-# side; each game's read needs the judges' table
+# side; each game's read reads the worth of the judges that played itself (bench_share.py)
 export RUN OUT DEVICE TOY
 # each game read's controls side by side, their models read on the GPU: on CPU, the read of 10.7 M models overran
 # 400 s of a lease (docs/gpu.md)

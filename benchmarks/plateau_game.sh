@@ -6,11 +6,12 @@
 #                                                                       controls, side by side (default: both arms)
 #   bash benchmarks/plateau_game.sh read [ngram_frozen|ngram_co ...]   each arm against each control over the seeds
 #                                                                       (the MLE controls train here)
-# Environment: RUN (the plateau run: RUN/base_model_v1.pt, RUN/config.json; the games go to RUN/game), OUT (logs;
-# OUT/judges.log, bench_judge_recipes' table on RUN, gives the judge's worth), DEVICE, PY, SEEDS, SCALE (the tilt's
-# a: the scale the n-gram judge's worth is largest at on this base), WORTH ('DV LO,HI': the worth, where it was not
-# read on this base), PARALLEL=1 (the read's controls side by side), READ_DEVICE (where the read's models are read,
-# in fp32: cpu unless given), TOY=1 (toy sizes, for a CPU check).
+# Each read divides by the worth of the judge that played: each seed's n-gram judge as its game saved it
+# (RUN/game/ARM_s{seed}_judge.json), read on the base the game started from (bench_share.py).
+# Environment: RUN (the plateau run: RUN/base_model_v1.pt, RUN/config.json; the games go to RUN/game), OUT (logs),
+# DEVICE, PY, SEEDS, SCALE (the tilt's a: the scale the n-gram judge's worth is largest at on this base),
+# PARALLEL=1 (the read's controls side by side), READ_DEVICE (where the read's models are read, in fp32: cpu unless
+# given), TOY=1 (toy sizes, for a CPU check). A read that fails stops the script (exit 1) before the next one.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUN=${RUN:-runs/plateau_gpu}
@@ -26,7 +27,7 @@ READ=()
 if [ "${TOY:-0}" = 1 ]; then
   GAME+=(--max_steps=4 --eval_interval=2 --judge_warmup_steps=1 --judge_natural_windows=8 --prompts_per_step=2
          --num_generations=2 --ppl_max_tokens=2000)
-  READ=(--ppl_windows 8 --entropy_windows 8)
+  READ=(--ppl_windows 8 --entropy_windows 8 --worth_samples 8)
 fi
 mkdir -p "$RUN/game" "$OUT"
 
@@ -50,41 +51,41 @@ play() {
 }
 
 read_games() {
-  local worth name control
-  worth=${WORTH:-$($PY - "$OUT/judges.log" <<'PYEOF'
-import re, sys
-try:
-    m = re.search(r'^\| n-gram \|.*?\| ([-0-9.]+) \[([-0-9.]+), ([-0-9.]+)\]', open(sys.argv[1]).read(), re.M)
-except OSError:
-    m = None
-print(f'{m[1]} {m[2]},{m[3]}' if m else '')
-PYEOF
-)}
-  if [ -z "$worth" ]; then
-    echo "no n-gram row in $OUT/judges.log: run bench_judge_recipes.py on $RUN first" >&2
-    exit 1
-  fi
-  echo "the n-gram judge's worth: $worth ($([ -n "${WORTH:-}" ] && echo given as WORTH || echo read from "$OUT/judges.log"))"
+  local name control pid pids status
   for name in "$@"; do
-    # the shuffled control first, alone: it finishes any arm cut short, which the other controls then only read, so
-    # with PARALLEL=1 (a GPU's spare cores) those run side by side without two processes resuming one arm
-    read_control "$name" shuffled "$worth"
+    # the shuffled control first, alone: it finishes any arm cut short, which the other controls then only read
+    # (bench_share.py trains a run under a lock, so two reads never resume one arm in two processes)
+    read_control "$name" shuffled || stop "$name" shuffled
+    pids=()
     for control in base temperature mle; do
       if [ "${PARALLEL:-0}" = 1 ]; then
-        read_control "$name" "$control" "$worth" > "$OUT/read_${name}_$control.txt" &
+        read_control "$name" "$control" > "$OUT/read_${name}_$control.txt" &
+        pids+=($!)
       else
-        read_control "$name" "$control" "$worth"
+        read_control "$name" "$control" || stop "$name" "$control"
       fi
     done
-    wait
-    [ "${PARALLEL:-0}" = 1 ] && cat "$OUT/read_${name}"_{base,temperature,mle}.txt
+    if [ "${PARALLEL:-0}" = 1 ]; then
+      for control in base temperature mle; do
+        pid=${pids[0]}; pids=("${pids[@]:1}")
+        wait "$pid"; status=$?
+        cat "$OUT/read_${name}_$control.txt"
+        [ "$status" = 0 ] || stop "$name" "$control"
+      done
+    fi
   done
 }
 
-read_control() {  # read_control ARM CONTROL 'DV LO,HI': bench_share's table for one arm against one control
-  $PY benchmarks/bench_share.py --out "$RUN/game" --name "$1" --seeds "$SEEDS" --control "$2" --dv "${3% *}" \
-    --dv_ci "${3#* }" --device "${READ_DEVICE:-cpu}" "${READ[@]}" -- "${GAME[@]}" "$(judge_interval "$1")" 2>&1 \
+stop() {  # stop ARM CONTROL: a read failed; say which, and stop before any other read
+  echo "plateau_game.sh: the $2 read of $1 failed (its output is above): fix it, then rerun 'read $1'" >&2
+  exit 1
+}
+
+read_control() {  # read_control ARM CONTROL: bench_share's table for one arm against one control; its exit status
+  $PY benchmarks/bench_share.py --out "$RUN/game" --name "$1" --seeds "$SEEDS" --control "$2" \
+    --device "${READ_DEVICE:-cpu}" "${READ[@]}" -- "${GAME[@]}" "$(judge_interval "$1")" 2>&1 \
     | tr '\r' '\n' | grep -v "it/s\]\|s/it\]\|^\s*$"
+  return "${PIPESTATUS[0]}"
 }
 
 ARMS=("${@:2}")

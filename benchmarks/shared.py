@@ -5,11 +5,14 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import torch
 
-from model import GPT, GPTConfig
-from tilt import completion_logprob
+from model import GPT, GPTConfig, load_checkpoint
+from tilt import TiltSource, completion_logprob
+from two_sample import PROMPT_LEN, eval_windows
 from verdict import label_text
+from worth import dv_bound
 
 # the shape of the default char model (config/train_shakespeare_char.py)
 DEFAULT_SHAPE = dict(block_size=256, vocab_size=84, n_layer=4, n_head=4, n_embd=128)
@@ -40,6 +43,22 @@ def mle_control(cfg, base, flops, out, seed):
         shutil.move(os.path.join(work, 'ckpt.pt'), out)
         shutil.rmtree(work)
     return out
+
+
+@torch.no_grad()
+def judge_worth(judge_path, base_path, val, n, draw, device, temperature=1.0):
+    """What the judge at judge_path (a reward model, or an n-gram judge's file: tilt.TiltSource) is worth on the base
+    at base_path (worth.dv_bound, nats a completion): its log-odds on n natural val windows against the base's
+    continuations, at this temperature, of the PROMPT_LEN-token prompts of n other val windows (two_sample.eval_windows,
+    drawn by `draw`). Returns dv_bound's figures with the judge's path."""
+    base_ckpt = load_checkpoint(base_path)
+    base = GPT.from_checkpoint(base_ckpt, device=device)
+    natural, prompts = (w.to(device) for w in eval_windows(val, n, base.config.block_size, draw))
+    gen = torch.Generator(device=device).manual_seed(int(np.random.default_rng(draw).integers(2 ** 31)))
+    samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN, temperature, generator=gen)
+    source = TiltSource(judge_path, base, base_ckpt, temperature, device)
+    f_natural, f_samples = (source.scores(w, PROMPT_LEN) for w in (natural, samples))
+    return dict(dv_bound(f_natural, f_samples, draw), judge=judge_path)
 
 
 @torch.no_grad()

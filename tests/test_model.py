@@ -226,14 +226,15 @@ def test_static_decode_takes_any_integer_prompt_and_reuses_its_buffers(dtype):
 
 
 def test_auto_sampler_is_the_graph_on_cuda_eager_elsewhere_and_weights_that_move_drop_the_cache():
+    """What CPU can check of 'auto': it resolves to the graph loop on CUDA and, on CPU, runs the eager loop (no static
+    decoder is built). That 'auto' draws the eager tokens on CUDA is the CUDA test's (gpu_checks.sh's cuda-tests)."""
     import model
     assert model.auto_sampler('cuda') == model.auto_sampler(torch.device('cuda:1')) == 'graph'
     assert model.auto_sampler('cpu') == 'eager'
     m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
     idx = torch.randint(0, 50, (3, 5))
-    auto = m.generate(idx, 20, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(auto, m.generate(idx, 20, generator=torch.Generator().manual_seed(1), sampler='eager'))
-    assert m not in model._decoders  # 'auto' built no static decoder on CPU
+    m.generate(idx, 20, generator=torch.Generator().manual_seed(1))
+    assert m not in model._decoders  # 'auto' built no static decoder on CPU: it ran the eager loop
     m.generate(idx, 20, sampler='static')
     first = model._decoders[m]
     m.crop_block_size(30)  # a parameter replaced: a recorded graph would read freed memory
@@ -327,8 +328,10 @@ def test_a_token_outside_the_vocabulary_raises(sampler):
 
 
 def test_the_static_step_reads_weights_an_optimizer_updated_in_place():
-    """GRPO samples, steps AdamW (in place: the same addresses), and samples again through the decoder recorded at
-    the first call: the static step (what a CUDA graph replays) must read the new weights, as the eager loop does."""
+    """GRPO samples, steps AdamW (in place: the same addresses), and samples again through the decoder made at the
+    first call. What CPU can check: the decoder is kept (not rebuilt) and its step reads the new weights, as the
+    eager loop does. No graph is recorded on CPU; that a replayed CUDA graph reads them too is the CUDA test's
+    (test_cuda_graph_replays_weights_an_optimizer_updated_in_place)."""
     import model
     torch.manual_seed(0)
     m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32, dropout=0.0))
@@ -361,14 +364,75 @@ def test_cuda_decode_loops_draw_the_eager_tokens():
             idx = torch.randint(0, 80, (8, 16), device=dev, generator=torch.Generator(dev).manual_seed(call))
             lengths = torch.randint(1, 17, (8,), device=dev, generator=torch.Generator(dev).manual_seed(call))
             outs = {}
-            for sampler in ('eager', 'static', 'graph', 'compile'):
+            for sampler in ('eager', 'static', 'graph', 'compile', 'auto'):
                 with ctx:
                     outs[sampler] = m.generate(idx, 48, temperature=0.8, top_k=10, prompt_lengths=lengths,
                                                generator=torch.Generator(dev).manual_seed(7), sampler=sampler)
-            for sampler in ('static', 'graph', 'compile'):
+            for sampler in ('static', 'graph', 'compile', 'auto'):
                 assert torch.equal(outs['eager'], outs[sampler]), (dtype, call, sampler)
         graphs = [d.graph for d in model._decoders[m]['decoders'].values() if d.records]
         assert graphs and all(g is not None for g in graphs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_graph_replays_weights_an_optimizer_updated_in_place():
+    """On a GPU: GRPO's pattern, sample (the graph recorded), step AdamW in place, sample again: the replayed graph
+    reads the new weights (the eager loop's tokens), and it is the same graph, not a new recording."""
+    import model
+    dev = torch.device('cuda')
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).to(dev)
+    idx = torch.randint(0, 50, (4, 5), device=dev)
+    m.eval()
+    before = m.generate(idx, 20, generator=torch.Generator(dev).manual_seed(3), sampler='graph')
+    graphs = [d.graph for d in model._decoders[m]['decoders'].values()]
+    assert graphs and all(g is not None for g in graphs)
+    opt = torch.optim.AdamW(m.parameters(), lr=0.05)
+    m.train()
+    m(idx, idx)[1].backward()
+    opt.step()
+    m.eval()
+    draws = {s: m.generate(idx, 20, generator=torch.Generator(dev).manual_seed(3), sampler=s) for s in ('eager', 'graph')}
+    assert torch.equal(draws['eager'], draws['graph']) and not torch.equal(before, draws['graph'])
+    assert [d.graph for d in model._decoders[m]['decoders'].values()] == graphs
+
+
+@pytest.mark.parametrize('where', ['buffers', 'prefill'])
+def test_a_static_loop_out_of_cuda_memory_falls_back_to_the_eager_tokens(where, monkeypatch):
+    """CUDA out-of-memory injected on CPU, where the static loop allocates its buffers or runs its prefill: the call
+    warns once, samples the eager tokens from the restored generator, keeps no decoder, and remembers the failure
+    (the next call of that shape goes straight to the eager loop, silently)."""
+    import warnings
+    import model
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')
+    monkeypatch.setattr(model.StaticDecoder, '__init__' if where == 'buffers' else 'run', out_of_memory)
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 50, (4, 8))
+    eager = m.generate(idx, 30, generator=torch.Generator().manual_seed(5), sampler='eager')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        static = m.generate(idx, 30, generator=torch.Generator().manual_seed(5), sampler='static')
+        again = m.generate(idx, 30, generator=torch.Generator().manual_seed(5), sampler='static')
+    assert torch.equal(eager, static) and torch.equal(eager, again)
+    assert len(caught) == 1 and 'out of device memory' in str(caught[0].message)
+    assert not model._decoders[m]['decoders'] and len(model._decoders[m]['failed']) == 1
+
+
+def test_a_model_keeps_a_bounded_number_of_static_decoders():
+    """Each setting's decoder holds a whole KV cache: a sweep of temperatures keeps the MAX_DECODERS most recently
+    used, and the one used again stays."""
+    import model
+    m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 50, (2, 4))
+    temperatures = [0.6, 0.7, 0.8, 0.9, 1.0, 1.1]
+    for t in temperatures:
+        m.generate(idx, 10, temperature=t, sampler='static')
+        m.generate(idx, 10, temperature=0.6, sampler='static')  # used again each time: never the oldest
+    kept = sorted(key[2] for key in model._decoders[m]['decoders'])
+    assert len(kept) == model.MAX_DECODERS and kept == [0.6, 0.9, 1.0, 1.1]
 
 
 def save(m, path, **kw):

@@ -200,6 +200,13 @@ def test_the_share_a_game_carries_is_read_in_the_judges_nats():
     assert effect == pytest.approx(-0.01) and gain < 0
 
 
+def toy_run_config(char_data):
+    """The config.json of a run_cycles.py run at the tests' toy size (what the benchmarks read beside a base)."""
+    return dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
+                base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False,
+                seed=1)
+
+
 def bench_share_module():
     import sys
     from conftest import ROOT
@@ -266,6 +273,110 @@ def test_bench_share_resumes_a_run_its_evaluations_saved_and_reuses_a_finished_o
     assert bench_share.run(['--seed=1'], path)['final_val_ppl'] == 5.0 and len(calls) == 1
 
 
+def test_bench_share_trains_a_run_once_when_two_reads_ask_for_it_at_once(tmp_path, char_ckpt, char_data,
+                                                                        monkeypatch):
+    """Reads side by side (plateau_game.sh PARALLEL=1) may both find an arm unfinished: the lock on its name lets one
+    train it while the other waits, then reads the finished run without training it again."""
+    import threading
+    import time
+    bench_share = bench_share_module()
+    path = arm_checkpoint(tmp_path / 'arm.pt', char_ckpt, char_data)
+    calls = []
+
+    def train(cmd, check):  # a slow run that finishes the arm
+        calls.append(cmd)
+        time.sleep(0.5)
+        ckpt = load_checkpoint(path)
+        torch.save(dict(ckpt, metrics=dict(ckpt['metrics'], final_val_ppl=5.0)), path)
+    monkeypatch.setattr(bench_share.subprocess, 'run', train)
+    reads = [threading.Thread(target=bench_share.run, args=(['--seed=1'], path)) for _ in range(2)]
+    for t in reads:
+        t.start()
+    for t in reads:
+        t.join()
+    assert len(calls) == 1 and load_checkpoint(path)['metrics']['final_val_ppl'] == 5.0
+
+
+def test_the_judge_that_played_is_each_games_own(tmp_path):
+    """bench_share divides by the worth of the judge the arm played: the n-gram judge's texts beside the arm, the
+    online judge's checkpoint beside it, or the frozen reward model; a reward that is no judge has no share."""
+    bench_share = bench_share_module()
+    cases = [(dict(reward='judge', judge='ngram', judge_update_interval=1), str(tmp_path / 'a_judge.json')),
+             (dict(reward='judge', judge='model', judge_update_interval=1, reward_model_path='rm.pt'),
+              str(tmp_path / 'a_judge.pt')),
+             (dict(reward='judge', judge='model', judge_update_interval=0, reward_model_path='rm.pt'), 'rm.pt'),
+             (dict(reward='teacher_ratio', judge='model', judge_update_interval=0), None)]
+    for config, expected in cases:
+        torch.save(dict(config=config), tmp_path / 'a.pt')
+        assert bench_share.played_judge(str(tmp_path / 'a.pt')) == expected, config
+    assert bench_share.share_text(0.1, 0.05, None, None) == 'not defined (the reward is no judge)'
+
+
+@pytest.fixture(scope='module')
+def plateau_run(tmp_path_factory, char_ckpt, char_data):
+    """A toy plateau run (base and config.json) whose n-gram games plateau_game.sh played, two seeds."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from conftest import ROOT
+    run = tmp_path_factory.mktemp('plateau') / 'run'
+    run.mkdir()
+    shutil.copy(char_ckpt, run / 'base_model_v1.pt')
+    cfg = toy_run_config(char_data)
+    (run / 'config.json').write_text(json.dumps(cfg))
+    env = dict(os.environ, RUN=str(run), OUT=str(run / 'out'), TOY='1', DEVICE='cpu', SEEDS='1338,2001',
+               PY=sys.executable)
+    r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'play', 'ngram_frozen'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run, env
+
+
+def test_the_plateau_games_read_divides_by_the_worth_of_the_judge_that_played(plateau_run):
+    """plateau_game.sh read (PARALLEL=1): every control's table names each seed's own judge file, as its game saved
+    it, with its worth read on the base the game started from (shared.judge_worth on the seed's own draw)."""
+    import subprocess
+    import numpy as np
+    from conftest import ROOT
+    judge_worth = bench_share_module().judge_worth  # benchmarks/shared.py's
+    run, env = plateau_run
+    r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'read', 'ngram_frozen'], cwd=ROOT,
+                       env=dict(env, PARALLEL='1'), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stdout.count('share of the worth of the judge that played') == 4  # shuffled, base, temperature, mle
+    val = np.memmap(os.path.join(env_dataset(run), 'val.bin'), dtype=np.uint16, mode='r')
+    for seed in (1338, 2001):
+        judge = run / 'game' / f'ngram_frozen_s{seed}_judge.json'
+        worth = judge_worth(str(judge), str(run / 'base_model_v1.pt'), val, 8, [seed, 1], 'cpu')
+        rows = [line for line in r.stdout.splitlines() if line.startswith(f'| {seed} |')]
+        assert len(rows) == 4 and all(f"{judge.name}: {worth['dv']:.2f} [" in row for row in rows), rows
+
+
+def test_the_plateau_games_read_stops_when_the_shuffled_read_fails(plateau_run, tmp_path):
+    """The shuffled read finishes any arm cut short before the other controls read side by side: if it fails, the
+    script says so in one line and exits 1 before any other read starts."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    run, env = plateau_run
+    py = tmp_path / 'py'
+    py.write_text('#!/usr/bin/env bash\n[[ " $* " == *" --control shuffled "* ]] && { echo broken >&2; exit 3; }\n'
+                  f'exec {sys.executable} "$@"\n')
+    py.chmod(0o755)
+    out = tmp_path / 'out'
+    r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'read', 'ngram_frozen'], cwd=ROOT,
+                       env=dict(env, PARALLEL='1', PY=str(py), OUT=str(out)), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1 and 'the shuffled read of ngram_frozen failed' in r.stderr, r.stderr
+    assert not list(out.glob('read_*'))  # no other control was started
+
+
+def env_dataset(run):
+    import json
+    return json.load(open(run / 'config.json'))['dataset']
+
+
 def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt, char_data):
     """--control mle: the base trained further by next-token loss for the arm's FLOPs with its run's options
     (run_cycles.mle_args); no run config beside the base is a one-line error."""
@@ -280,8 +391,7 @@ def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt,
     arm = arm_checkpoint(tmp_path / 'arm.pt', str(base), char_data, flops=1e6)
     with pytest.raises(SystemExit, match='config.json is missing'):
         bench_share.mle_path(arm, load_checkpoint(arm)['metrics'], 3, str(tmp_path / 'mle.pt'))
-    cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
-               base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False)
+    cfg = toy_run_config(char_data)
     (base.parent / 'config.json').write_text(json.dumps(cfg))
     flops = 3 * GPT.from_checkpoint(str(base)).flops_per_token(backward=True) * 8 * 32
     arm = arm_checkpoint(tmp_path / 'arm.pt', str(base), char_data, flops=flops)
@@ -301,8 +411,7 @@ def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path
     run = tmp_path / 'run'
     run.mkdir()
     shutil.copy(char_ckpt, run / 'base_model_v1.pt')
-    cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
-               base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False)
+    cfg = toy_run_config(char_data)
     (run / 'config.json').write_text(json.dumps(cfg))
     flops = 4 * GPT.from_checkpoint(char_ckpt).flops_per_token(backward=True) * 8 * 32
     r = run_script(os.path.join(ROOT, 'benchmarks', 'bench_plateau.py'), '--run', str(run), '--flops', str(flops),
@@ -468,9 +577,7 @@ def test_the_judge_recipes_benchmark_reads_the_new_recipes_in_nats(tmp_path, cha
     run = tmp_path / 'run'
     run.mkdir()
     shutil.copy(char_ckpt, run / 'base_model_v1.pt')
-    cfg = dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
-               base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False,
-               seed=1)
+    cfg = toy_run_config(char_data)
     (run / 'config.json').write_text(json.dumps(cfg))
     script = os.path.join(ROOT, 'benchmarks', 'bench_judge_recipes.py')
     r = run_script(script, '--run', str(run), '--windows', '24', '--epochs', '1', '--num_samples', '16',

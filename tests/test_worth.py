@@ -184,3 +184,73 @@ def test_a_token_judges_next_token_law_reweights_every_candidate_token(char_ckpt
     assert law[0] == pytest.approx(float(direct), rel=1e-5)
     with pytest.raises(ValueError, match='reads every prefix'):
         judge_law_cross_entropy(model, GPT.from_checkpoint(char_ckpt, mode='reward', reward_pooling='mean'), x, t)
+
+
+def test_the_per_prompt_worth_is_invariant_to_a_constant_a_prompt():
+    """Ranking NCE fixes a judge's scores only up to a constant a prompt: the per-prompt reading (each natural
+    completion against K samples of its own prompt) does not move when such constants are added, where the pooled DV
+    does. Known answers: a constant judge is worth 0; a judge that tells every text apart reaches the cap log(K + 1)."""
+    from worth import dv_bound_per_prompt, dv_per_prompt
+    rng = np.random.default_rng(0)
+    n, K = 400, 8
+    f_natural, f_samples = rng.normal(0.3, 1.0, n), rng.normal(0.0, 1.0, (n, K))
+    shift = rng.normal(0.0, 5.0, n)  # a constant a prompt
+    plain = dv_bound_per_prompt(f_natural, f_samples, seed=1)
+    shifted = dv_bound_per_prompt(f_natural + shift, f_samples + shift[:, None], seed=1)
+    assert shifted['dv'] == pytest.approx(plain['dv'], abs=1e-9) and shifted['dv_ci'] == pytest.approx(plain['dv_ci'])
+    assert shifted['dv_scale'] == plain['dv_scale'] and plain['dv'] > 0
+    pooled = dv_bound(f_natural, f_samples.ravel(), seed=1)['dv']
+    assert dv_bound(f_natural + shift, (f_samples + shift[:, None]).ravel(), seed=1)['dv'] != pytest.approx(pooled)
+    assert dv_bound_per_prompt(np.full(n, 2.0), np.full((n, K), 2.0))['dv'] == pytest.approx(0.0, abs=1e-12)
+    assert dv_per_prompt(np.full(n, 30.0), np.full((n, K), -30.0)) == pytest.approx(np.log(K + 1))
+
+
+def test_the_per_prompt_worth_of_an_exact_log_ratio_reads_the_kl_from_below():
+    """An enumerable case: natural text p and generator pi over four outcomes a prompt, the judge their exact
+    log-ratio. Read per prompt, its worth is in expectation at most KL(p || pi) (the resampling tilt's gain, read
+    conservatively) and closes in on it as K grows."""
+    from worth import dv_per_prompt
+    p, pi = np.array([0.4, 0.3, 0.2, 0.1]), np.full(4, 0.25)
+    kl = float((p * np.log(p / pi)).sum())
+    f = np.log(p / pi)
+    rng = np.random.default_rng(2)
+    natural = rng.choice(4, size=20000, p=p)
+    reads = {K: dv_per_prompt(f[natural], f[rng.choice(4, size=(20000, K), p=pi)]).mean() for K in (4, 64)}
+    assert reads[4] < reads[64] < kl + 0.005 and reads[64] > kl - 0.01
+
+
+def test_an_ngram_judge_saved_is_the_same_judge_and_tilts_by_its_own_log_odds(tmp_path, char_ckpt, val_windows):
+    """judge.NgramJudge.save writes the texts it was fitted on; load refits on them: the same log-odds. As a tilt's
+    source (tilt.TiltSource, a .json file) it scores a window by its log-odds of the completion's text, and best-of-K
+    keeps the candidate it scores highest."""
+    from judge import NgramJudge
+    from model import GPT, load_checkpoint
+    from tilt import TiltSource, sample_tilt
+    from tokenization_manager import TokenizationManager
+    ckpt = load_checkpoint(char_ckpt)
+    model = GPT.from_checkpoint(ckpt)
+    tok = TokenizationManager.from_info(ckpt['tokenization'])
+    natural = [tok.decode(w) for w in val_windows[:, 8:].tolist()]
+    with torch.no_grad():
+        samples = model.generate(val_windows[:, :8], 16, generator=torch.Generator().manual_seed(0))
+    written = [tok.decode(w) for w in samples[:, 8:].tolist()]
+    judge = NgramJudge()
+    judge.fit(natural, written)
+    judge.save(str(tmp_path / 'ngram.json'), ckpt['tokenization'])
+    again = NgramJudge.load(str(tmp_path / 'ngram.json'))
+    assert again.log_odds(natural + written) == pytest.approx(judge.log_odds(natural + written), abs=1e-12)
+    source = TiltSource(str(tmp_path / 'ngram.json'), model, ckpt, 1.0, 'cpu')
+    assert source.kind == 'n-gram judge' and source.flops_per_window(24, 8) == 0
+    assert source.scores(val_windows, 8) == pytest.approx(judge.log_odds(natural), abs=1e-12)
+    kept, _, figures = sample_tilt(model, source, val_windows[:6, :8], 24, 4, 1.0, 1.0, None,
+                                   torch.Generator().manual_seed(1), np.random.default_rng(0), best=True)
+    candidates = tilt_candidates(model, val_windows[:6, :8], 4)
+    best = source.scores(candidates.view(-1, 24), 8).reshape(6, 4).argmax(1)
+    assert torch.equal(kept, candidates[torch.arange(6), torch.from_numpy(best)])
+    assert figures['tilt_f_kept'] >= figures['tilt_f_candidates']
+
+
+def tilt_candidates(model, prompts, K):
+    """The candidates sample_tilt draws from the same generator state."""
+    from tilt import candidates
+    return candidates(model, prompts, 24, K, 1.0, None, torch.Generator().manual_seed(1))[0]
