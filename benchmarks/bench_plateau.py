@@ -1,7 +1,7 @@
 """
 Has next-token training stopped gaining? A base read against its MLE control: the base trained further by
-next-token loss for a given compute (run_cycles.mle_args: resumed from the kept checkpoint at a held learning rate,
-its best checkpoint on the run's own selection split kept), one control a trainer seed and a learning rate, each
+next-token loss for a given compute (run_cycles.mle_args: started from the kept checkpoint's weights with a fresh
+AdamW at a held learning rate, its best checkpoint on the run's own selection split kept), one control a trainer seed and a learning rate, each
 seed read on its own random val windows (two_sample.eval_windows, drawn from the seed). A base is at its plateau
 when the control reads `equal` or `worse` against it at every learning rate tried (verdict.seed_effect over the
 seeds); `better` says train on.
@@ -10,8 +10,8 @@ seeds); `better` says train on.
       [--learning_rates 0,2e-5] [--ppl_windows 400] [--device auto]
 
 --flops: the largest arm's compute (the MLE control of a game is given as much). A learning rate of 0 is the
-cycle's rule, the base's final one (base_learning_rate / 10); the issue's try found that rule can still gain after
-early stopping at a high learning rate, so a lower one is worth a row. The controls are written under RUN/plateau
+cycle's rule: the run's mle_learning_rate, else the rate its cosine ends at (base_min_lr), else base_learning_rate /
+10. That rule can still gain after early stopping at a high learning rate, so a lower one is worth a row. The controls are written under RUN/plateau
 (mle_lr{LR}_s{SEED}.pt) and reused.
 """
 import argparse
