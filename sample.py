@@ -27,7 +27,7 @@ temperature = 0.8  # > 0; lower is more conservative
 top_k = 200  # keep only the top_k most likely tokens (None: all)
 seed = 1337
 device = 'auto'
-judge = ''  # a reward model of the generator's tokenization: sample the generator tilted by it
+judge = ''  # a reward model, or an n-gram judge's .json (train_grpo.py --judge=ngram saves one): sample the tilt
 resample = 1  # candidates drawn per sample, one kept (K)
 judge_scale = 1.0  # the tilt pi·e^{judge_scale·f}
 best_of = False  # keep the candidate the judge likes best instead of resampling (best-of-K)
@@ -71,8 +71,9 @@ def tilted(model, ckpt, prompts, C, gen, device):
     """Each sample one of C.resample candidates, kept by the judge's tilt (tilt.py)."""
     from tilt import TiltSource, sample_tilt
     source = TiltSource(C.judge, model, ckpt, C.temperature, device)
-    if source.kind != 'judge':
-        raise UserError(f"--judge {C.judge} is not a reward model; pass one written by train_reward_model.py")
+    if source.kind == 'exact log-ratio':
+        raise UserError(f"--judge {C.judge} is not a judge; pass a reward model (train_reward_model.py) or an n-gram "
+                        f"judge's .json (train_grpo.py --judge=ngram)")
     y, _, fig = sample_tilt(model, source, prompts, prompts.shape[1] + C.max_new_tokens, C.resample, C.judge_scale,
                             C.temperature, C.top_k, gen, np.random.default_rng(C.seed), C.best_of)
     print(f"kept 1 of {C.resample} candidates per sample by " + ('best-of-K' if C.best_of else

@@ -104,7 +104,7 @@ def test_sample_py_samples_the_judges_tilt(char_ckpt, tiny_judge):
     assert r.stdout == again.stdout
     best = run_script(*args, '--best_of=True')
     assert best.returncode == 0 and 'best-of-K' in best.stdout
-    for bad, message in ((['--resample=1'], '--resample K > 1'), ([f'--judge={char_ckpt}'], 'is not a reward model')):
+    for bad, message in ((['--resample=1'], '--resample K > 1'), ([f'--judge={char_ckpt}'], 'is not a judge')):
         r = run_script(*args, *bad)
         assert r.returncode != 0 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-1000:]
     r = run_script('sample.py', f'--ckpt_path={char_ckpt}', '--resample=4')
@@ -248,6 +248,10 @@ def test_an_ngram_judge_saved_is_the_same_judge_and_tilts_by_its_own_log_odds(tm
     best = source.scores(candidates.view(-1, 24), 8).reshape(6, 4).argmax(1)
     assert torch.equal(kept, candidates[torch.arange(6), torch.from_numpy(best)])
     assert figures['tilt_f_kept'] >= figures['tilt_f_candidates']
+    from conftest import run_script
+    r = run_script('sample.py', f'--ckpt_path={char_ckpt}', '--start=KING:', '--num_samples=2', '--max_new_tokens=16',
+                   f"--judge={tmp_path / 'ngram.json'}", '--resample=4', '--device=cpu')
+    assert r.returncode == 0 and 'kept 1 of 4 candidates per sample' in r.stdout, r.stderr[-2000:]
 
 
 def tilt_candidates(model, prompts, K):
