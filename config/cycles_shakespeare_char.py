@@ -1,5 +1,5 @@
 # The default adversarial run: 2 cycles on Shakespeare's complete works (char-level), sized for 2 CPU cores
-# (34.1 min of stages with its three controls: 2026-11-26, 2 cores of an AMD EPYC, PyTorch 2.13.0).
+# (28.4 min of stages with its three controls: 2026-11-28, 2 cores of an AMD EPYC, PyTorch 2.13.0).
 # python run_cycles.py config/cycles_shakespeare_char.py
 # run_cycles.py's own defaults give the run its shape (4 x 128 model, block 128, 60 GRPO steps of 8 prompts x 8
 # completions, out_dir runs/cycles_shakespeare_char); this file sets where it departs from them.
