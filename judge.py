@@ -18,6 +18,7 @@ from tqdm import tqdm
 from data_loader import write_atomic
 from model import sequence_probs
 from two_sample import tfidf_classifier
+from worth import log_odds
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -169,10 +170,10 @@ class NgramJudge:
             return np.full(len(texts), 0.5)
         return self.classifier.predict_proba(np.array(list(texts), dtype=object))[:, 0]
 
-    def log_odds(self, texts, eps=1e-7):
-        """log P(natural) - log P(synthetic) of each text (float64; P clipped to eps as worth.log_odds clips)."""
-        p = np.clip(self.p_natural(texts).astype(np.float64), eps, 1 - eps)
-        return np.log(p) - np.log1p(-p)
+    def log_odds(self, texts):
+        """log P(natural) - log P(synthetic) of each text (worth.log_odds: clipped as the game's reward clips)."""
+        p = self.p_natural(texts)
+        return log_odds(np.stack([p, 1 - p], axis=1))
 
     def save(self, path, tokenization):
         """The judge as a file: the texts it was fitted on and the tokenization of the model whose windows they

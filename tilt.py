@@ -25,6 +25,7 @@ from judge import NgramJudge
 from model import GPT, load_checkpoint
 from policy import token_logprobs
 from tokenization_manager import TokenizationInfo, TokenizationManager
+from two_sample import completion_texts
 from worth import effective_sample_size, log_odds, telescoped_log_odds, tilt_choice
 
 TILT_PPL_K = (8, 32, 128)  # the candidates a prompt at which the tilt's perplexity is shown
@@ -84,7 +85,7 @@ class TiltSource:
             return completion_logprob(self.model, windows, prompt_len) \
                 - completion_logprob(self.generator, windows, prompt_len, self.temperature)
         if self.kind == 'n-gram judge':
-            return self.model.log_odds([self.tokenizer.decode(w) for w in windows[:, prompt_len:].tolist()])
+            return self.model.log_odds(completion_texts(self.tokenizer, windows, prompt_len))
         return judge_log_odds(self.model, windows, prompt_len)
 
     def flops_per_window(self, length, prompt_len):

@@ -44,9 +44,9 @@ def continuation_texts(model, tokenizer, reference, prompts, temperature, top_k,
     return completion_texts(tokenizer, reference), completion_texts(tokenizer, samples), samples, sample_entropy
 
 
-def completion_texts(tokenizer, windows):
-    """Each window's text after its first PROMPT_LEN tokens (what the two-sample test reads)."""
-    return [tokenizer.decode(s) for s in windows[:, PROMPT_LEN:].tolist()]
+def completion_texts(tokenizer, windows, prompt_len=PROMPT_LEN):
+    """Each window's text after its first prompt_len tokens (PROMPT_LEN: what the two-sample test reads)."""
+    return [tokenizer.decode(s) for s in windows[:, prompt_len:].tolist()]
 
 
 # the referee's features: TF-IDF (sublinear tf) of char 1-4-grams seen in two training texts at least, and of

@@ -108,10 +108,13 @@ def played_judge(arm_path):
 
 def played_worth(arm_path, seed, n, device):
     """The worth of the judge the arm played (played_judge), read on the arm's base at its sampling temperature:
-    shared.judge_worth on this seed's own draw of val windows, apart from its perplexity windows."""
-    cfg, base, val = arm_setting(arm_path)
-    return judge_worth(played_judge(arm_path), cfg['policy_path'], val, n, [seed, WORTH_DRAW], device,
-                              cfg['temperature'])
+    shared.judge_worth on this seed's own draw of val windows, apart from its perplexity windows; None where the
+    reward is no judge."""
+    judge = played_judge(arm_path)
+    if judge is None:
+        return None
+    cfg, _, val = arm_setting(arm_path)
+    return judge_worth(judge, cfg['policy_path'], val, n, [seed, WORTH_DRAW], device, cfg['temperature'])
 
 
 def seed_windows(arm_path, seed, n, device):
@@ -232,7 +235,7 @@ def main():
         gain = seed_share(np.exp(arm_ce.mean()), np.exp(ctrl_ce.mean()), tokens)[1]
         effects.append(effect)
         gains.append(gain)
-        worth = played_judge(arm_path) and played_worth(arm_path, seed, a.worth_samples, device)
+        worth = played_worth(arm_path, seed, a.worth_samples, device)
         worths += [worth] if worth else []
         rows.append(f"| {seed} | {np.exp(arm_ce.mean()):.3f} | {np.exp(ctrl_ce.mean()):.3f}{note} | "
                     f"{effect_text(effect)} | {gain:+.3f} | " + (worth_text(worth) if worth else '–') + ' |')
