@@ -142,6 +142,9 @@ def judge_update(judge_fn, params, optimizer, replay, steps, batch_size, loss_ki
     return float(np.mean(losses))
 
 
+NGRAM_C_GRID = (0.1, 0.3, 1.0, 3.0, 10.0)  # the n-gram judge's L2 strengths fit_selected chooses among
+
+
 class NgramJudge:
     """A judge outside the GPT form: the two-sample test's classifier (two_sample.py: a logistic regression on TF-IDF
     char 1-4-grams and word unigrams) on the text of a completion, refit from scratch on every update's natural and
@@ -150,20 +153,35 @@ class NgramJudge:
     (docs/judges.md). It shares every feature with the two-sample test: that referee cannot rule on an arm that
     plays against it. Unfitted, it knows nothing: P(natural) 0.5 for every text."""
 
-    def __init__(self):
-        self.classifier, self.fitted_on = None, None
+    def __init__(self, C=1.0):
+        self.classifier, self.fitted_on, self.C = None, None, C  # C: inverse L2 strength (1: the referee's)
 
     def fit(self, natural_texts, sample_texts):
         """Refit on these texts; returns its log loss on them."""
         from sklearn.metrics import log_loss
         texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
         y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
-        self.classifier = tfidf_classifier()
+        self.classifier = tfidf_classifier(C=self.C)
         # the pipeline's own fit, in its two steps, so that the loss reuses the features instead of recomputing them
         features = self.classifier[:-1].fit_transform(texts, y)
         self.classifier[-1].fit(features, y)
         self.fitted_on = (list(natural_texts), list(sample_texts))
         return float(log_loss(y, self.classifier[-1].predict_proba(features)[:, 1], labels=[0, 1]))
+
+    @classmethod
+    def fit_selected(cls, natural, samples, held_natural, held_samples, grid=NGRAM_C_GRID):
+        """The judge of the C in grid whose fit on (natural, samples) has the lowest log loss on held-out texts, each
+        class weighed equally as in the fit: a convex fit's early stopping, chosen on train windows it never saw.
+        Returns (the judge, {C: its held-out loss})."""
+        losses, best = {}, None
+        for C in grid:
+            judge = cls(C)
+            judge.fit(natural, samples)
+            losses[C] = float(np.mean([-np.log(np.clip(judge.p_natural(held_natural), 1e-12, 1)).mean(),
+                                       -np.log(np.clip(1 - judge.p_natural(held_samples), 1e-12, 1)).mean()]))
+            if best is None or losses[C] < losses[best.C]:
+                best = judge
+        return best, losses
 
     def p_natural(self, texts):
         if self.classifier is None:
@@ -185,7 +203,8 @@ class NgramJudge:
 
         def write(tmp):
             with open(tmp, 'w') as f:
-                json.dump(dict(kind='ngram', tokenization=dict(tokenization), natural=natural, samples=samples), f)
+                json.dump(dict(kind='ngram', tokenization=dict(tokenization), natural=natural, samples=samples,
+                               C=self.C), f)
         write_atomic(path, write)
 
     @classmethod
@@ -195,7 +214,7 @@ class NgramJudge:
             saved = json.load(f)
         if saved.get('kind') != 'ngram':
             raise ValueError(f"{path} is not an n-gram judge's file (NgramJudge.save writes one)")
-        judge = cls()
+        judge = cls(saved.get('C', 1.0))
         judge.fit(saved['natural'], saved['samples'])
         tokenization = saved['tokenization']
         if tokenization.get('itos'):  # JSON's keys are strings: a char vocabulary's ids again
@@ -205,17 +224,19 @@ class NgramJudge:
 
 
 def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,
-                    top_k=None, crossover_k=0, exclude_eval=None):
+                    top_k=None, crossover_k=0, exclude_eval=None, select_blocks=0):
     """The prepare_reward_data.py call of a judge: the cycle's and the fresh judges' data are made the same way
     (crossover_k: every sample keeps that many natural tokens, the whole-window judges' data; 0: K drawn;
-    exclude_eval: (samples, seed) of the evaluation, whose two-sample windows no val block may be)."""
+    exclude_eval: (samples, seed) of the evaluation, whose two-sample windows no val block may be; select_blocks:
+    held-out train blocks the judge selects its checkpoint on; max_blocks None or 0: every block)."""
     return [os.path.join(ROOT, 'prepare_reward_data.py'), '--model_path', model_path, '--input_mode', 'binary',
             '--train_bin', os.path.join(data_dir, 'train.bin'), '--val_bin', os.path.join(data_dir, 'val.bin'),
-            '--output_dir', out_dir, '--max_blocks', str(max_blocks), '--samples_per_chunk', str(samples_per_chunk),
+            '--output_dir', out_dir] + (['--max_blocks', str(max_blocks)] if max_blocks else []) + [
+            '--samples_per_chunk', str(samples_per_chunk),
             '--seed', str(seed), '--device', device, '--temperature', str(temperature), '--top_k', str(top_k)] \
         + (['--crossover_k', str(crossover_k)] if crossover_k else []) \
         + (['--exclude_eval_windows', str(exclude_eval[0]), '--eval_seed', str(exclude_eval[1])]
-           if exclude_eval else [])
+           if exclude_eval else []) + (['--select_blocks', str(select_blocks)] if select_blocks else [])
 
 
 def reward_model_cmd(model_path, data_dir, out_path, seed, device, rm_args):

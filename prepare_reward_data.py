@@ -5,6 +5,8 @@ rewritten by the base model. Label [K/N, (N-K)/N] = [share natural, share synthe
 the train split, val samples only from the val split. --crossover_k 8 fixes K: every sample is an 8-token natural
 prompt and the model's continuation, as the two-sample test's samples are (with samples_per_chunk 1 and
 train_reward_model.py's loss='binary', a whole-window judge: each sample against its natural block).
+--select_blocks n adds a 'select' split: n more blocks of the generator's train tokens, never in the train split, that
+train_reward_model.py selects its checkpoint on, so that a judge trains to its own stopping on train windows alone.
 
   python prepare_reward_data.py --model_path out-shakespeare-char/ckpt.pt --input_mode binary \
       --train_bin data/shakespeare_char/train.bin --val_bin data/shakespeare_char/val.bin
@@ -25,7 +27,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from configurator import UserError, run_cli
-from data_loader import generator_train_tokens, load_token_splits
+from data_loader import file_sha256, generator_train_tokens, load_token_splits
 from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
@@ -35,6 +37,7 @@ from two_sample import eval_window_indices
 FORMAT_VERSION = 3  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin; 3: the natural
 # blocks themselves in {split}_natural.bin, each sample's natural counterpart (pairwise judges)
 MAX_ATTEMPTS = 3
+SELECT_SEED = 10 ** 9  # the select split's sampling seed is SELECT_SEED + --seed (train and val: 2 seed, 2 seed + 1)
 
 
 def parse_args(argv):
@@ -64,6 +67,9 @@ def parse_args(argv):
     p.add_argument('--exclude_eval_windows', type=int, default=d.exclude_eval_windows,
                    help="n > 0: no val block is one of the evaluation's 2n two-sample windows (of --eval_seed)")
     p.add_argument('--eval_seed', type=int, default=d.eval_seed, help="the evaluation's seed (evaluate.py --seed)")
+    p.add_argument('--select_blocks', type=int, default=d.select_blocks,
+                   help="n > 0: n blocks of the generator's train tokens, never in the train split, make a 'select' "
+                        "split the judge selects its checkpoint on (0: it selects on half of val)")
     p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split, drawn at random from all of it (default: every block)")
     return RewardDataConfig(**vars(p.parse_args(argv)))
 
@@ -179,18 +185,30 @@ def main(argv):
         os.makedirs(tmp_dir)
     meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size,
                        meta_path=tok_info.meta_path, model_path=os.path.abspath(cfg.model_path),
+                       model_sha256=file_sha256(cfg.model_path),
                        temperature=cfg.temperature, top_k=cfg.top_k, samples_per_chunk=cfg.samples_per_chunk,
                        seed=cfg.seed, crossover_k=cfg.crossover_k or 'uniform', format_version=FORMAT_VERSION)
     summary, t0 = [], time.time()
-    for split_idx, (split, tokens) in enumerate((('train', train), ('val', val))):
-        rng = np.random.default_rng([cfg.seed, split_idx])
+    # (split, its tokens, its random stream): the select split, when asked for, is drawn first so that the train
+    # split can leave its blocks out; train and val keep the streams they had before it existed
+    splits = [('select', train, 2)] * bool(cfg.select_blocks) + [('train', train, 0), ('val', val, 1)]
+    if cfg.select_blocks >= len(train) // N:
+        raise UserError(f"--select_blocks {cfg.select_blocks} leaves no train block (the generator's train tokens "
+                        f"hold {len(train) // N} blocks of {N}): lower --select_blocks")
+    held_for_selection = ()
+    for split, tokens, stream in splits:
+        rng = np.random.default_rng([cfg.seed, stream])
         exclude = eval_window_indices(len(tokens) // N, cfg.exclude_eval_windows, cfg.eval_seed) \
-            if split == 'val' and cfg.exclude_eval_windows else ()
-        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk, cfg.max_blocks, rng, cfg.crossover_k,
-                                             exclude)
+            if split == 'val' and cfg.exclude_eval_windows else held_for_selection if split == 'train' else ()
+        blocks, offsets, K = make_crossovers(tokens, N, cfg.samples_per_chunk,
+                                             cfg.select_blocks if split == 'select' else cfg.max_blocks, rng,
+                                             cfg.crossover_k, exclude)
+        if split == 'select':
+            held_for_selection = offsets // N
         t_split = time.time()
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
-                           cfg.seed * 2 + split_idx, rt, f"{split} ({len(blocks)} blocks)")
+                           cfg.seed * 2 + stream if stream < 2 else SELECT_SEED + cfg.seed, rt,
+                           f"{split} ({len(blocks)} blocks)")
         y = labels_for(K, N)
         if rt.master:
             n_total = len(tokens) // N
@@ -198,8 +216,9 @@ def main(argv):
                 f"uniformly without replacement (seed {cfg.seed}), kept in split order"
             write_split(tmp_dir, split, x, y, dict(meta_common, split=split, num_blocks=len(blocks),
                                                    blocks_in_split=n_total, block_selection=drawn,
-                                                   excluded_eval_windows=len(exclude),
-                                                   held_out_tail=n_train - len(train) if split == 'train' else 0,
+                                                   excluded_eval_windows=len(exclude) * (split == 'val'),
+                                                   excluded_select_blocks=len(exclude) * (split == 'train'),
+                                                   held_out_tail=n_train - len(train) if split != 'val' else 0,
                                                    block_offsets_file=f'{split}_block_offsets.bin',
                                                    natural_file=f'{split}_natural.bin',
                                                    flops=model.flops_per_token() * len(x) * N), offsets, blocks)

@@ -38,6 +38,10 @@ class RewardDataConfig:
     # eval_seed), so that a judge never selects on the windows its sight and the referee are read on
     exclude_eval_windows: int = 0
     eval_seed: int = 1337
+    # n > 0: n blocks of the generator's train tokens, drawn at random and never in the train split, make a 'select'
+    # split that train_reward_model.py selects its checkpoint on (held-out train windows: the judge never selects on
+    # the generator's val text); 0: no such split (the judge selects on half of val, the seed's design)
+    select_blocks: int = 0
 
     def data_dir(self):
         """Where meta.pkl would sit next to the input data."""
@@ -103,6 +107,8 @@ class RewardDataConfig:
             bad(f"--batch_size must be >= 1, got {self.batch_size}", "use e.g. --batch_size 512")
         if self.max_blocks is not None and self.max_blocks < 1:
             bad(f"--max_blocks must be >= 1, got {self.max_blocks}", "leave it out to use every block")
+        if self.select_blocks < 0:
+            bad(f"--select_blocks must be >= 0, got {self.select_blocks}", "leave it out (0) to select on half of val")
         if self.exclude_eval_windows < 0:
             bad(f"--exclude_eval_windows must be >= 0, got {self.exclude_eval_windows}", "leave it out (0)")
         if self.crossover_k < 0:

@@ -7,6 +7,7 @@ DDP on CPU:      torchrun --standalone --nproc_per_node=2 train.py config/train_
 evaluate only:   python train.py config/train_shakespeare_char.py --init_from=resume --eval_only=True
 """
 
+import json
 import math
 import os
 import time
@@ -69,6 +70,10 @@ select_tokens = 0
 # with select_tokens: read the select loss over the whole held-out pass instead of eval_iters random batches, whose
 # noise (0.02-0.04 between evaluations at 20 batches) is as large as a plateau's slope
 select_pass = False
+# a forward-KL distillation of a tilt (prepare_tilt_data.py's folder; docs/family_bound.md): mix_fraction of every
+# train batch's rows are its windows, the loss read on their generated tokens only, the rest natural train windows
+mix_dir = ''
+mix_fraction = 0.5
 # held-out perplexity over the whole val split (or its first ppl_max_tokens tokens)
 ppl_max_tokens = 0  # 0: the whole split
 # when: 'every_eval', 'end' (only at the evaluation that ends the run) or 'off' (as nanoGPT; eval_only still reports it)
@@ -136,6 +141,34 @@ def init_model(C, tokenizer, data_dir):
     return model, ckpt
 
 
+def load_mix(C, tokenizer):
+    """prepare_tilt_data.py's windows (n, L) and meta, checked against this run's vocabulary and block."""
+    meta_path = os.path.join(C.mix_dir, 'meta.json')
+    if not os.path.isfile(meta_path):
+        raise UserError(f"--mix_dir={C.mix_dir} holds no meta.json: make it with prepare_tilt_data.py")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    if meta['vocab_size'] != tokenizer.vocab_size or meta['length'] - 1 > C.block_size:
+        raise UserError(f"{C.mix_dir}'s windows (vocab {meta['vocab_size']}, {meta['length']} tokens) do not fit this "
+                        f"run (vocab {tokenizer.vocab_size}, block {C.block_size}): make them with this run's generator")
+    if not 0 < C.mix_fraction <= 1:
+        raise UserError(f"--mix_fraction must lie in (0, 1], got {C.mix_fraction}")
+    windows = np.fromfile(os.path.join(C.mix_dir, 'windows.bin'), dtype=np.uint16).reshape(-1, meta['length'])
+    return dict(meta, windows=torch.from_numpy(windows.astype(np.int64)))
+
+
+def mix_rows(mix, rows, block_size):
+    """Inputs and targets (len(rows), block_size) of the tilt's windows: next-token targets on the generated tokens
+    only (the natural prompt's are -1, read by no loss), padded to the block with targets -1."""
+    w = mix['windows'][rows]
+    L = w.size(1)
+    x = torch.zeros(len(rows), block_size, dtype=torch.long)
+    y = torch.full((len(rows), block_size), -1, dtype=torch.long)
+    x[:, :L - 1], y[:, :L - 1] = w[:, :-1], w[:, 1:]
+    y[:, :mix['prompt_len'] - 1] = -1
+    return x, y
+
+
 def main(argv):
     C = configure(DEFAULTS, argv)
     if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
@@ -173,12 +206,18 @@ def main(argv):
             data = data[n_train - C.select_tokens:] if split == 'select' else data[:n_train - C.select_tokens]
         return data
 
+    mix = load_mix(C, tokenizer) if C.mix_dir else None
+
     def get_batch(split):
         data = split_tokens(split)
-        ix = torch.randint(len(data) - C.block_size, (C.batch_size,)).numpy()
+        n_mix = round(C.batch_size * C.mix_fraction) if mix is not None and split == 'train' else 0
+        ix = torch.randint(len(data) - C.block_size, (C.batch_size - n_mix,)).numpy()
         # one gather for the whole batch (nanoGPT stacks 2 x batch_size slices: 0.3 ms against 0.12 ms a batch)
         windows = torch.from_numpy(data[ix[:, None] + np.arange(C.block_size + 1)].astype(np.int64))
         x, y = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+        if n_mix:
+            x_mix, y_mix = mix_rows(mix, torch.randint(len(mix['windows']), (n_mix,)), C.block_size)
+            x, y = torch.cat([x_mix, x]), torch.cat([y_mix, y])
         if rt.device_type == 'cuda':
             return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
         return x.to(rt.device), y.to(rt.device)

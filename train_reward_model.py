@@ -17,7 +17,9 @@ and the head trains on the cached features. unfreeze_layers=k trains the last k 
 through the full forward; unfreeze_layers=-1 the whole network, embeddings included, and init_from='random' starts
 it from random weights of the base's shape: a judge that learns its own features. The val split is cut in two by
 block: one half selects (early stopping, the checkpoint kept), the other half gives the reported figures (`metrics`
-in the checkpoint; `selection_metrics` beside them).
+in the checkpoint; `selection_metrics` beside them). Reward data with a 'select' split (prepare_reward_data.py
+--select_blocks: held-out windows of the generator's train tokens) selects on it instead and reports on all of val:
+the judge trains to its own stopping without selecting on the generator's val text.
 """
 
 import os
@@ -36,6 +38,8 @@ from model import GPT, POOLINGS, load_checkpoint, save_checkpoint, sequence_prob
 from reward_dataset_loader import RewardDataset
 from runtime import broadcast_stop, setup_runtime
 from tracking import TRACKING_DEFAULTS, Tracker
+
+SPLITS = ('train', 'val', 'select')  # select: held-out train windows (prepare_reward_data.py --select_blocks)
 
 # -----------------------------------------------------------------------------
 model_path = ''  # the base (generator) checkpoint whose trunk the reward model uses
@@ -87,20 +91,22 @@ def check_config(C):
 
 def load_judge(C, rt):
     """The source checkpoint (the base, or the saved best when resuming) checked against the reward data; returns
-    (the source, its tokenization, the train and val datasets, the reward model with its trunk frozen as asked)."""
+    (the source, its tokenization, the datasets by split: train, val and select where the data has one, the reward
+    model with its trunk frozen as asked)."""
     src_path = C.out_path if C.init_from == 'resume' else C.model_path
     src = load_checkpoint(src_path)
     if C.init_from != 'resume' and src['model_args'].get('mode', 'generator') != 'generator':
         raise UserError(f"{C.model_path} is a {src['model_args']['mode']} checkpoint; pass the base generator")
     tokenization = src.get('tokenization') or {}
-    train_ds = RewardDataset(C.data_dir, 'train', tokenization or None)
-    val_ds = RewardDataset(C.data_dir, 'val', tokenization or None)
+    datasets = {split: RewardDataset(C.data_dir, split, tokenization or None) for split in SPLITS
+                if split != 'select' or os.path.exists(os.path.join(C.data_dir, 'select_x.bin'))}
+    train_ds = datasets['train']
     N = train_ds.block_size
     if C.loss in PAIRED_LOSSES and train_ds.natural is None:
         raise UserError(f"loss={C.loss!r} needs each sample's natural block, which {C.data_dir} (format "
                         f"{train_ds.metadata.get('format_version', '1')}) lacks: re-create it with "
                         f"prepare_reward_data.py")
-    for ds in (train_ds, val_ds) if C.loss == 'ranking' else ():
+    for ds in datasets.values() if C.loss == 'ranking' else ():
         if ds.num_samples % ds.samples_per_chunk:
             raise UserError(f"loss='ranking' reads every block's samples together, but {ds.split} holds "
                             f"{ds.num_samples} samples of {ds.samples_per_chunk} a block: re-create {C.data_dir}")
@@ -117,27 +123,36 @@ def load_judge(C, rt):
     if C.init_from == 'random':  # the same shape, none of the base's weights (seeded by setup_runtime)
         model = GPT(model.config).to(rt.device)
     freeze_trunk(model, C.unfreeze_layers)
-    return src, tokenization, train_ds, val_ds, model
+    return src, tokenization, datasets, model
 
 
-def cache_features(C, model, train_ds, val_ds, pairwise, rt):
+def cache_features(C, model, datasets, pairwise, rt):
     """With a frozen trunk, every sample's pooled features once (and the natural blocks' where pairs need them):
-    (train features, val features, {split: natural blocks' features}, FLOPs spent)."""
+    ({split: features}, {split: natural blocks' features}, FLOPs spent)."""
     t0 = time.time()
     model.eval()
-    N = train_ds.block_size
-    train_feats = compute_features(model, train_ds.x, C.feature_batch_size, rt, 'features (train)')
-    val_feats = compute_features(model, val_ds.x, C.feature_batch_size, rt, 'features (val)')
-    flops = model.flops_per_token() * (len(train_ds) + len(val_ds)) * N
-    natural_feats = {}
-    for ds, wanted in ((train_ds, pairwise), (val_ds, val_ds.natural is not None)):
-        if wanted:  # the natural blocks' features: the other half of each pair
-            natural_feats[ds.split] = compute_features(model, ds.natural, C.feature_batch_size, rt,
-                                                       f'features ({ds.split}, natural)')
-            flops += model.flops_per_token() * len(ds.natural) * N
+    feats, natural_feats, flops = {}, {}, 0
+    for split, ds in datasets.items():
+        feats[split] = compute_features(model, ds.x, C.feature_batch_size, rt, f'features ({split})')
+        flops += model.flops_per_token() * len(ds) * ds.block_size
+        if ds.natural is not None and (pairwise or split != 'train'):  # the other half of each pair
+            natural_feats[split] = compute_features(model, ds.natural, C.feature_batch_size, rt,
+                                                    f'features ({split}, natural)')
+            flops += model.flops_per_token() * len(ds.natural) * ds.block_size
     if rt.master:
-        print(f"cached features of {len(train_ds)} + {len(val_ds)} samples in {time.time() - t0:.1f}s")
-    return train_feats, val_feats, natural_feats, flops
+        print(f"cached features of {' + '.join(str(len(ds)) for ds in datasets.values())} samples "
+              f"in {time.time() - t0:.1f}s")
+    return feats, natural_feats, flops
+
+
+def selection_and_test(datasets):
+    """(dataset, rows) that select the checkpoint and (dataset, rows) that report its figures: the select split and
+    all of val where the data has a select split, else val's two halves."""
+    val_ds = datasets['val']
+    if 'select' in datasets:
+        return (datasets['select'], np.arange(len(datasets['select']))), (val_ds, np.arange(len(val_ds)))
+    select_rows, test_rows = val_ds.selection_and_test_rows()
+    return (val_ds, select_rows), (val_ds, test_rows)
 
 
 def resume_from(src, optimizer, stopper):
@@ -179,16 +194,19 @@ def figures_line(iter_num, val_loss, m):
             + (f" | pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else ''))
 
 
-def summarize(C, model, trunk_before, iter_num, epochs, elapsed, stop_reason, best_metrics, rows, N):
-    """The final lines: iterations, whether the trunk moved, and the test half's figures of the kept checkpoint."""
+def summarize(C, model, trunk_before, iter_num, epochs, elapsed, stop_reason, best_metrics, sets, N):
+    """The final lines: iterations, whether the trunk moved, and the test rows' figures of the kept checkpoint."""
     trunk_after = {k: v for k, v in model.state_dict().items() if not k.startswith('reward_head.')}
     changed = sum(not torch.equal(trunk_before[k], trunk_after[k]) for k in trunk_before)
     print(f"done: {iter_num} iterations ({epochs:.1f} epochs), {elapsed:.1f}s; stopped by {stop_reason}")
     print(f"trunk tensors changed: {changed} (unfreeze_layers={C.unfreeze_layers})")
     if best_metrics:
-        m, (select_rows, test_rows) = best_metrics, rows
-        print(f"test half of val ({len(test_rows)} samples; the checkpoint was selected on the other "
-              f"{len(select_rows)}): mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, "
+        m, ((select_ds, select_rows), (test_ds, test_rows)) = best_metrics, sets
+        where = (f"test half of val ({len(test_rows)} samples; the checkpoint was selected on the other "
+                 f"{len(select_rows)})" if select_ds is test_ds else
+                 f"val ({len(test_rows)} samples; the checkpoint was selected on {len(select_rows)} held-out "
+                 f"train samples)")
+        print(f"{where}: mse {m['mse']:.5f} vs constant-mean baseline {m['baseline_mse']:.5f}, "
               f"R2 {m['r2']:.4f}, MAE {m['mae']:.4f}, boundary error {m['boundary_error']:.1f} of {N} tokens"
               + (f", pair accuracy {m['pair_accuracy']:.3f}" if 'pair_accuracy' in m else '')
               + f"; saved {C.out_path}")
@@ -198,7 +216,8 @@ def main(argv):
     C = configure(DEFAULTS, argv)
     check_config(C)
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
-    src, tokenization, train_ds, val_ds, model = load_judge(C, rt)
+    src, tokenization, datasets, model = load_judge(C, rt)
+    train_ds = datasets['train']
     N, pairwise = train_ds.block_size, C.loss in PAIRED_LOSSES  # pairs: each sample and its natural block
     group = train_ds.samples_per_chunk if C.loss == 'ranking' else 1  # ranking trains on whole blocks
     units_per_batch = max(1, C.batch_size // group)
@@ -211,8 +230,7 @@ def main(argv):
 
     t0 = time.time()
     # compute spent (model.flops_per_token), recorded in the checkpoint for the cycle's compute matching
-    train_feats, val_feats, natural_feats, flops = cache_features(C, model, train_ds, val_ds, pairwise, rt) \
-        if cached else (None, None, {}, 0)
+    feats, natural_feats, flops = cache_features(C, model, datasets, pairwise, rt) if cached else ({}, {}, 0)
     tracker = Tracker(C, f"judge/{os.path.splitext(os.path.basename(C.out_path))[0]}",
                       os.path.dirname(os.path.abspath(C.out_path)), rt.master,
                       resume_step=iter_num if C.init_from == 'resume' else None)
@@ -220,7 +238,7 @@ def main(argv):
     trained = DDP(train_module) if rt.ddp else train_module
     baseline_mean = float(np.mean(train_ds.y[:, 0]))
 
-    def predict(ds, feats, rows, training, pairs=False):
+    def predict(ds, rows, training, pairs=False):
         """(probs, the natural blocks' probs with pairs=True else None, labels) for the given rows: the head on
         cached features, or the full forward; a pair goes through one forward (DDP allows one per backward)."""
         nonlocal flops
@@ -230,7 +248,7 @@ def main(argv):
         blocks = rows // ds.samples_per_chunk  # each row's natural block; ranking reads each block once
         blocks = np.unique(blocks) if C.loss == 'ranking' else blocks
         if cached:
-            inputs = feats[torch.from_numpy(rows).to(rt.device)]
+            inputs = feats[ds.split][torch.from_numpy(rows).to(rt.device)]
             if pairs:
                 inputs = torch.cat([inputs, natural_feats[ds.split][torch.from_numpy(blocks).to(rt.device)]])
             out = module(inputs)
@@ -243,36 +261,35 @@ def main(argv):
         return out[:len(rows)], (out[len(rows):] if pairs else None), y
 
     @torch.no_grad()
-    def evaluate(rows):
-        """Loss and metrics on the given val rows (the selection or the test half)."""
+    def evaluate(ds, rows):
+        """Loss and metrics on the given rows of a held-out split (the selection or the test rows)."""
         model.eval()
         p, losses, wins = [], 0.0, 0.0
         chunk = max(group, C.feature_batch_size // group * group)  # whole blocks for ranking
         for i in range(0, len(rows), chunk):
-            probs, natural_probs, y = predict(val_ds, val_feats if cached else None, rows[i:i + chunk], False,
-                                              pairs=val_ds.natural is not None)
+            probs, natural_probs, y = predict(ds, rows[i:i + chunk], False, pairs=ds.natural is not None)
             losses += loss_of(C.loss, probs, natural_probs, y).item() * len(y)
             p.append(sequence_probs(probs)[:, 0].cpu().numpy())
             wins += pair_wins(natural_probs, probs)
         model.train(train_mode)
-        m = reward_metrics(np.concatenate(p), val_ds.y[rows, 0], N, baseline_mean)
-        if val_ds.natural is not None:  # every judge, pointwise or not, ranks each sample against its natural block
+        m = reward_metrics(np.concatenate(p), ds.y[rows, 0], N, baseline_mean)
+        if ds.natural is not None:  # every judge, pointwise or not, ranks each sample against its natural block
             m['pair_accuracy'] = wins / len(rows)
         return losses / len(rows), m
 
-    select_rows, test_rows = val_ds.selection_and_test_rows()
+    select_and_test = selection_and_test(datasets)
     best_metrics, stop_reason = None, 'max_iters'
 
     def evaluate_and_keep_best():
-        """Evaluate on the selection half of val, log, and when its loss improves save the checkpoint with the
-        figures of the test half: the reported figures never come from the data that chose the checkpoint."""
+        """Evaluate on the selection rows, log, and when their loss improves save the checkpoint with the figures of
+        the test rows: the reported figures never come from the data that chose the checkpoint."""
         nonlocal best_val, best_metrics
-        val_loss, m = evaluate(select_rows)
+        val_loss, m = evaluate(*select_and_test[0])
         tqdm.write(figures_line(iter_num, val_loss, m))
         tracker.log(dict(val_loss=val_loss, loss=last_loss, **{f'val_{k}': v for k, v in m.items()}), iter_num)
         stopper.step(val_loss)
         if val_loss < best_val:
-            best_val, best_metrics = val_loss, evaluate(test_rows)[1]
+            best_val, best_metrics = val_loss, evaluate(*select_and_test[1])[1]
             save_checkpoint(C.out_path, model, iter_num=iter_num, best_val_loss=best_val, config=vars(C),
                             tokenization=tokenization, optimizer=optimizer, metrics=best_metrics,
                             selection_metrics=m, data_block_size=N, early_stopping=stopper.state_dict())
@@ -298,7 +315,7 @@ def main(argv):
         if broadcast_stop(done_by is not None, rt):
             break
         rows = batch_rows(perm, step * rt.world_size + rt.rank, units_per_batch, group)
-        probs, natural_probs, y = predict(train_ds, train_feats if cached else None, rows, True, pairs=pairwise)
+        probs, natural_probs, y = predict(train_ds, rows, True, pairs=pairwise)
         loss_t = loss_of(C.loss, probs, natural_probs, y)
         optimizer.zero_grad(set_to_none=True)
         loss_t.backward()
@@ -314,7 +331,7 @@ def main(argv):
         if best_metrics:  # the saved (best) checkpoint gets the compute of the whole run
             update_checkpoint(C.out_path, flops=flops)
         summarize(C, model, trunk_before, iter_num, iter_num * units_per_batch * group * rt.world_size / len(train_ds),
-                  time.time() - t0, stop_reason, best_metrics, (select_rows, test_rows), N)
+                  time.time() - t0, stop_reason, best_metrics, select_and_test, N)
     tracker.close()
     rt.close()
 

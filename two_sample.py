@@ -55,18 +55,18 @@ CHAR_NGRAMS = dict(analyzer='char', ngram_range=(1, 4), min_df=2)
 WORDS = dict(analyzer='word', token_pattern=r"[A-Za-z']+", min_df=1)
 
 
-def referee_regression(balanced):
+def referee_regression(balanced, C=1.0):
     from sklearn.linear_model import LogisticRegression
-    return LogisticRegression(C=1.0, max_iter=2000, class_weight='balanced' if balanced else None)
+    return LogisticRegression(C=C, max_iter=2000, class_weight='balanced' if balanced else None)
 
 
-def tfidf_classifier(balanced=True):
+def tfidf_classifier(balanced=True, C=1.0):
     """The referee's classifier on raw texts: its features are fitted on each training fold only. balanced=False: the
-    caller weighs the texts itself."""
+    caller weighs the texts itself; C: the logistic regression's inverse L2 strength (the referee's is 1)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.pipeline import make_pipeline, make_union
     return make_pipeline(make_union(TfidfVectorizer(**CHAR_NGRAMS, sublinear_tf=True),
-                                    TfidfVectorizer(**WORDS, sublinear_tf=True)), referee_regression(balanced))
+                                    TfidfVectorizer(**WORDS, sublinear_tf=True)), referee_regression(balanced, C))
 
 
 def term_counts(texts):

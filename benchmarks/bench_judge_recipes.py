@@ -22,14 +22,22 @@ given the same sampled windows and passes over them:
                regression on both.
 Beside them, the MLE control given the largest recipe's FLOPs (run_cycles.mle_stage's rule, its best checkpoint
 kept) and its exact log-ratio: what the same compute buys as next-token training, in the same nats.
+With --select_windows n, every recipe trains to its own stopping: the data holds n more natural train windows (and
+their samples) that no judge trains on, the GPT recipes keep the checkpoint whose loss there is lowest (up to
+--epochs passes, patience 8) and the n-gram judge its L2 strength (judge.NgramJudge.fit_selected); without it they
+select on half of the val split's windows (the n-gram judge fits at the referee's C = 1), as they did before.
 Every judge is also read per prompt (worth.dv_bound_per_prompt): each natural val window against --negatives of the
 base's continuations of its own prompt, the normaliser within that group. Ranking NCE fixes its scores only up to a
 constant a prompt, so its worth is that column's; the pooled DV is no reading of it.
 
   python benchmarks/bench_judge_recipes.py --run runs/base [--windows 10000] [--epochs 2] [--num_samples 1000]
       [--law_windows 100] [--seed 1337] [--negatives 8] [--recipes crossover,window,...] [--device auto]
+      [--select_windows 0]
 
-Everything is written under RUN/recipes (reused by a rerun).
+The n-gram judge is saved as judge_ngram[_selectN].json, a judge bench_tilt.py --source and sample.py --judge read.
+Everything is written under RUN/recipes/base_<the first 12 hex digits of the base checkpoint's sha256>, reused by a
+rerun on the same base and by every recipe: a base trained again in the same run folder never reads another base's
+samples or judges.
 """
 import argparse
 import contextlib
@@ -46,7 +54,7 @@ sys.path.insert(0, ROOT)
 import prepare_reward_data  # noqa: E402
 import train_reward_model  # noqa: E402
 from auc import sight_auc  # noqa: E402
-from data_loader import resolve_data_dir  # noqa: E402
+from data_loader import file_sha256, resolve_data_dir  # noqa: E402
 from judge import NgramJudge, reward_data_cmd, reward_model_cmd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
@@ -70,27 +78,31 @@ RECIPES = {
 }
 
 
-def make_data(kind, base, data_dir, out, windows, seed, exclude, negatives):
+def make_data(kind, base, data_dir, out, windows, seed, exclude, negatives, select):
     """The sampled windows of a recipe: crossovers (4 a block), whole windows (an 8-token prompt each) or
     `negatives` continuations of each window's prompt, none of whose val blocks is an evaluation window (exclude:
-    their number and seed)."""
+    their number and seed); select: held-out train windows to select on (0: none)."""
     if not os.path.isdir(out):
         blocks, per, k = (windows // 4, 4, 0) if kind == 'crossover' else \
             (windows, negatives if kind == 'negatives' else 1, PROMPT_LEN)
         with contextlib.redirect_stdout(sys.stderr):
             prepare_reward_data.main(reward_data_cmd(base, data_dir, out + '.partial', blocks, per, seed, 'auto',
-                                                     crossover_k=k, exclude_eval=exclude)[1:])
+                                                     crossover_k=k, exclude_eval=exclude, select_blocks=select)[1:])
         os.replace(out + '.partial', out)
     return sum(int(read_metadata(os.path.join(out, f'{s}_metadata.txt'))['flops']) for s in ('train', 'val'))
 
 
 def ngram_judge(data, tok):
-    """The n-gram judge fit on the window data's train completions, natural against sampled."""
-    ds = RewardDataset(data, 'train')
-    judge = NgramJudge()
-    judge.fit(completion_texts(tok, torch.from_numpy(ds.natural.astype(np.int64))),
-              completion_texts(tok, torch.from_numpy(ds.x.astype(np.int64))))
-    return judge
+    """The n-gram judge fit on the window data's train completions, natural against sampled; its L2 strength chosen
+    on the select split's when the data has one (else the referee's C = 1)."""
+    def texts(split):
+        ds = RewardDataset(data, split)
+        return [completion_texts(tok, torch.from_numpy(w.astype(np.int64))) for w in (ds.natural, ds.x)]
+    if not os.path.exists(os.path.join(data, 'select_x.bin')):
+        judge = NgramJudge()
+        judge.fit(*texts('train'))
+        return judge
+    return NgramJudge.fit_selected(*texts('train'), *texts('select'))[0]
 
 
 def combined_judge(data, tok, base, device):
@@ -134,7 +146,7 @@ def row(name, score, texts, flops, seed, law=None):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
-    p.add_argument('--windows', type=int, default=10000)
+    p.add_argument('--windows', type=int, default=10000, help="natural train windows a recipe (0: every one)")
     p.add_argument('--epochs', type=int, default=2)
     p.add_argument('--num_samples', type=int, default=1000)
     p.add_argument('--law_windows', type=int, default=100)
@@ -143,13 +155,16 @@ def main():
                    "and the per-prompt reading's continuations of each natural val window's prompt")
     p.add_argument('--recipes', default=','.join(RECIPES), help="the GPT recipes to train and read, comma-separated")
     p.add_argument('--device', default='auto', help="where every model reads and samples (auto: cuda when available)")
+    p.add_argument('--select_windows', type=int, default=0, help="held-out natural train windows every recipe "
+                   "selects on (trained to its own stopping); 0: half of val's windows, as before")
     A = p.parse_args()
     recipes = A.recipes.split(',')
     if set(recipes) - set(RECIPES) or A.negatives < 1:
         p.error(f"--recipes takes some of {','.join(RECIPES)} and --negatives at least 1")
     t0 = time.time()
     cfg = json.load(open(os.path.join(A.run, 'config.json')))
-    base_path, work = os.path.join(A.run, 'base_model_v1.pt'), os.path.join(A.run, 'recipes')
+    base_path = os.path.join(A.run, 'base_model_v1.pt')
+    work = os.path.join(A.run, 'recipes', f'base_{file_sha256(base_path)[:12]}')
     os.makedirs(work, exist_ok=True)
     data_dir = resolve_data_dir(cfg['dataset'])
     device = resolve_device(A.device)
@@ -166,16 +181,17 @@ def main():
     law_natural = natural[:A.law_windows]
     base_law = np.exp(np.mean(-completion_logprob(base, law_natural, PROMPT_LEN) / len_completion))
     kinds = dict.fromkeys(['window'] + [RECIPES[name][0] for name in recipes])  # the n-gram judges read 'window'
-    tag = {kind: kind + (str(A.negatives) if kind == 'negatives' else '') for kind in kinds}  # data_negatives8
+    select = f'_select{A.select_windows}' if A.select_windows else ''
+    tag = {kind: kind + (str(A.negatives) if kind == 'negatives' else '') + select for kind in kinds}  # data_negatives8
     data_flops = {kind: make_data(kind, base_path, data_dir, os.path.join(work, f'data_{tag[kind]}'), A.windows,
-                                A.seed, (A.num_samples, A.seed), A.negatives)
+                                A.seed, (A.num_samples, A.seed), A.negatives, A.select_windows)
                   for kind in kinds}
     lines, spent = [], {}
     for name in recipes:
         kind, options = RECIPES[name]
-        path = os.path.join(work, f"judge_{name}{A.negatives if kind == 'negatives' else ''}.pt")
+        path = os.path.join(work, f"judge_{name}{A.negatives if kind == 'negatives' else ''}{select}.pt")
         if not os.path.exists(path):
-            data = os.path.join(work, f'data_{tag[kind]}')
+            data = os.path.join(work, f'data_{tag[kind]}')  # selects on its select split where it has one
             with contextlib.redirect_stdout(sys.stderr):
                 train_reward_model.main(reward_model_cmd(base_path, data, path, A.seed, 'auto',
                                                          options + [f'--max_epochs={A.epochs}', '--max_iters=100000',
@@ -187,10 +203,11 @@ def main():
             ce, own = judge_law_cross_entropy(base, judge, law_natural, PROMPT_LEN)
             law = f"{np.exp(ce.mean()):.3f} (base {np.exp(own.mean()):.3f})"
         lines.append(row(name, lambda w: judge_log_odds(judge, w, PROMPT_LEN), texts, spent[name], A.seed, law)[0])
-    ngram = ngram_judge(os.path.join(work, 'data_window'), tok)
-    lines.append(row('n-gram', lambda w: ngram.log_odds(completion_texts(tok, w)), texts, data_flops['window'],
-                     A.seed)[0])
-    combined, pass_flops = combined_judge(os.path.join(work, 'data_window'), tok, base, device)
+    ngram = ngram_judge(os.path.join(work, f'data_{tag["window"]}'), tok)
+    ngram.save(os.path.join(work, f'judge_ngram{select}.json'), load_checkpoint(base_path)['tokenization'])
+    lines.append(row(f'n-gram (C = {ngram.C:g})', lambda w: ngram.log_odds(completion_texts(tok, w)), texts,
+                     data_flops['window'], A.seed)[0])
+    combined, pass_flops = combined_judge(os.path.join(work, f'data_{tag["window"]}'), tok, base, device)
     lines.append(row("combined (n-gram + the base's features)", combined, texts, data_flops['window'] + pass_flops,
                      A.seed)[0])
     most = max(spent.values())  # the MLE control's file is named by its budget: reused only at the same FLOPs
@@ -201,7 +218,9 @@ def main():
         return completion_logprob(mle, w, PROMPT_LEN) - completion_logprob(base, w, PROMPT_LEN)
     mle_line, _ = row('MLE control, exact log-ratio', mle_ratio, texts, most, A.seed)
     gap = mle_ratio(natural).mean()
-    print(f"\n{A.windows} sampled windows a recipe, {A.epochs} epochs; read on {A.num_samples} natural val windows "
+    print(f"\n{A.windows} sampled windows a recipe, {A.epochs} epochs at most, selected on "
+          + (f"{A.select_windows} held-out train windows" if A.select_windows else "half of val's windows")
+          + f"; read on {A.num_samples} natural val windows "
           f"against as many base samples of other prompts (DV) and {A.negatives} of their own prompt (per prompt), "
           f"{len_completion} tokens written; base perplexity on the law's {A.law_windows} windows {base_law:.3f}\n"
           "| judge | FLOPs (data + training) | sight (AUC) | DV, nats a window [95%] (scale) | per prompt, "

@@ -185,6 +185,14 @@ def char_ckpt(tmp_path_factory, char_data):
 
 
 @pytest.fixture(scope='session')
+def noise_gen(tmp_path_factory, char_data):
+    """A generator trained 2 steps: it writes nearly uniform characters."""
+    out = tmp_path_factory.mktemp('gen')
+    train_tiny(char_data, str(out), '--max_iters=2', '--eval_interval=1')
+    return str(out / 'ckpt.pt')
+
+
+@pytest.fixture(scope='session')
 def bpe_ckpt(tmp_path_factory, bpe_data):
     out = tmp_path_factory.mktemp('ckpt_bpe')
     train_tiny(bpe_data, str(out), '--max_iters=10', '--eval_interval=10')

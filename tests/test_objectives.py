@@ -585,10 +585,23 @@ def test_the_judge_recipes_benchmark_reads_the_new_recipes_in_nats(tmp_path, cha
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [line.split(' | ')[0].lstrip('| ') for line in r.stdout.splitlines() if line.startswith('| ')][1:]
     assert rows[:2] == ['bidirectional', 'ranking'] and rows[-1] == 'MLE control, exact log-ratio', rows
-    work = run / 'recipes'
+    from data_loader import file_sha256
+    work = run / 'recipes' / f'base_{file_sha256(run / "base_model_v1.pt")[:12]}'  # keyed by the base
+    assert RewardDataset(str(work / 'data_window'), 'train').metadata['model_sha256'] == file_sha256(char_ckpt)
     assert GPT.from_checkpoint(str(work / 'judge_bidirectional.pt')).config.bidirectional
     assert load_checkpoint(str(work / 'judge_ranking3.pt'))['config']['loss'] == 'ranking'
     assert RewardDataset(str(work / 'data_negatives3'), 'train').samples_per_chunk == 3
     assert not (work / 'judge_window.pt').exists() and len(list(work.glob('mle_at_*_flops.pt'))) == 1
     r = run_script(script, '--run', str(run), '--recipes', 'windows')
     assert r.returncode == 2 and '--recipes takes some of' in r.stderr and 'Traceback' not in r.stderr
+    # --select_windows: every recipe selects on held-out train windows of its own data, the n-gram judge its C
+    r = run_script(script, '--run', str(run), '--windows', '24', '--epochs', '2', '--num_samples', '16',
+                   '--law_windows', '4', '--recipes', 'window', '--select_windows', '6')
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'selected on 6 held-out train windows' in r.stdout and '| n-gram (C = ' in r.stdout
+    assert len(RewardDataset(str(work / 'data_window_select6'), 'select')) == 6
+    assert 'the checkpoint was selected on 6 held-out train samples' in r.stderr
+    assert (work / 'judge_window_select6.pt').exists() and not (work / 'judge_window.pt').exists()
+    from judge import NgramJudge
+    assert NgramJudge.load(str(work / 'judge_ngram_select6.json')).C == float(re.search(r'n-gram \(C = ([\d.]+)\)',
+                                                                                      r.stdout).group(1))

@@ -218,15 +218,6 @@ def test_pairwise_loss_matches_hand_computation():
     assert pairwise_loss(token, sample).item() == pytest.approx(by_hand, rel=1e-5)
 
 
-@pytest.fixture(scope='module')
-def noise_gen(tmp_path_factory, char_data):
-    """A generator trained 2 steps: it writes nearly uniform characters."""
-    from conftest import train_tiny
-    out = tmp_path_factory.mktemp('gen')
-    train_tiny(char_data, str(out), '--max_iters=2', '--eval_interval=1')
-    return str(out / 'ckpt.pt')
-
-
 def test_pairwise_judge_learns_to_rank_natural_text_first(tmp_path, char_ckpt, char_data, noise_gen):
     """Paired with the natural block each of a noise generator's samples was cut from, a blind judge ranks them at
     chance (0.5) and a pairwise judge trained on the train split ranks the natural block first on nearly every
@@ -378,3 +369,45 @@ def test_ranking_judge_learns_from_many_samples_a_window(tmp_path, char_ckpt, ch
     r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={tmp_path / "rd"}',
                    f'--out_path={tmp_path / "x.pt"}', '--device=cpu', '--bidirectional=True', '--reward_pooling=token')
     assert r.returncode == 2 and 'per-position labels would leak' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_a_judge_selects_on_held_out_train_windows_never_on_val(tmp_path, char_ckpt, char_data, noise_gen):
+    """--select_blocks 10: ten more blocks of the generator's own training tokens, none in the train split, make a
+    select split; train_reward_model.py keeps the checkpoint whose loss on it is lowest and reports on all of val.
+    The val split is the same as without a select split."""
+    from conftest import prepare_reward
+    from data_loader import generator_train_tokens
+    from reward_dataset_loader import RewardDataset
+    from train_reward_model import loss_of
+    common = ('--max_blocks', '30', '--samples_per_chunk', '1', '--crossover_k', '4')
+    prepare_reward(noise_gen, tmp_path / 'rd', *common, '--select_blocks', '10', data=char_data)
+    prepare_reward(noise_gen, tmp_path / 'plain', *common, data=char_data)
+    sets = {s: RewardDataset(str(tmp_path / 'rd'), s) for s in ('train', 'val', 'select')}
+    offsets = {s: np.fromfile(tmp_path / 'rd' / f'{s}_block_offsets.bin', dtype=np.int64) for s in sets}
+    N = sets['train'].block_size
+    own = len(generator_train_tokens(np.fromfile(f'{char_data}/train.bin', dtype=np.uint16), load_checkpoint(noise_gen)))
+    assert len(offsets['select']) == 10 and len(offsets['train']) == 30
+    assert not set(offsets['select']) & set(offsets['train']) and offsets['select'].max() + N <= own
+    assert sets['select'].metadata['held_out_tail'] == sets['train'].metadata['held_out_tail']
+    assert sets['train'].metadata['excluded_select_blocks'] == '10'
+    plain_val = RewardDataset(str(tmp_path / 'plain'), 'val')
+    assert np.array_equal(plain_val.x, sets['val'].x) and not (tmp_path / 'plain' / 'select_x.bin').exists()
+
+    r = train_rm(char_ckpt, tmp_path / 'rd', tmp_path / 'j.pt', '--max_iters=60', '--loss=binary',
+                 '--learning_rate=3e-3', '--reward_pooling=mean')
+    assert f"val ({len(sets['val'])} samples; the checkpoint was selected on 10 held-out train samples)" in r.stdout
+    saved = load_checkpoint(str(tmp_path / 'j.pt'))
+    judge = GPT.from_checkpoint(saved, device='cpu').eval()
+
+    def read(ds):  # the kept judge's loss and pair accuracy on a whole split
+        with torch.no_grad():
+            probs = judge(torch.from_numpy(ds.x.astype(np.int64)), per_token=True)[0].float()
+            natural = judge(torch.from_numpy(ds.natural.astype(np.int64)), per_token=True)[0].float()
+        return loss_of('binary', probs, natural, torch.from_numpy(np.array(ds.y))).item(), pair_accuracy(natural, probs)
+    assert saved['best_val_loss'] == pytest.approx(read(sets['select'])[0], abs=1e-5)  # chosen on the select split
+    assert saved['metrics']['pair_accuracy'] == pytest.approx(read(sets['val'])[1], abs=1e-9)  # reported on val
+    r = run_script('prepare_reward_data.py', '--model_path', noise_gen, '--input_mode', 'binary', '--train_bin',
+                   f'{char_data}/train.bin', '--val_bin', f'{char_data}/val.bin', '--output_dir', str(tmp_path / 'x'),
+                   '--select_blocks', '100000')
+    assert r.returncode == 2 and 'lower --select_blocks' in r.stderr and 'Traceback' not in r.stderr
+    assert not (tmp_path / 'x').exists()
