@@ -7,6 +7,7 @@ from text or from train.bin/val.bin.
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -114,6 +115,17 @@ def write_atomic(path, write):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def replace_dir(tmp_dir, out_dir):
+    """Move the finished tmp_dir into place; an older output is removed only after the new one is there."""
+    old = None
+    if os.path.exists(out_dir):
+        old = f"{out_dir}.old{os.getpid()}"
+        os.replace(out_dir, old)
+    os.replace(tmp_dir, out_dir)
+    if old:
+        shutil.rmtree(old)
 
 
 def prepare_dataset(method, out_dir, input_path=None, train_split=0.9, split_block=0):

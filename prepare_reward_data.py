@@ -27,7 +27,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from configurator import UserError, run_cli
-from data_loader import file_sha256, generator_train_tokens, load_token_splits
+from data_loader import file_sha256, generator_train_tokens, load_token_splits, replace_dir
 from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
@@ -152,17 +152,6 @@ def write_split(out_dir, split, x, y, meta, block_offsets=None, natural=None):
                 y_shape=f"({y.shape[0]}, 2)", x_dtype='uint16', y_dtype='float32', **meta)
     with open(os.path.join(out_dir, f'{split}_metadata.txt'), 'w') as f:
         f.writelines(f"{k}: {v}\n" for k, v in meta.items())
-
-
-def replace_dir(tmp_dir, out_dir):
-    """Move the finished tmp_dir into place; an older output is removed only after the new one is there."""
-    old = None
-    if os.path.exists(out_dir):
-        old = f"{out_dir}.old{os.getpid()}"
-        os.replace(out_dir, old)
-    os.replace(tmp_dir, out_dir)
-    if old:
-        shutil.rmtree(old)
 
 
 def main(argv):

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
-from data_loader import file_sha256, generator_train_tokens, resolve_data_dir
+from data_loader import file_sha256, generator_train_tokens, replace_dir, resolve_data_dir
 from model import GPT, load_checkpoint
 from runtime import resolve_device
 from tilt import TiltSource, sample_tilt
@@ -82,7 +82,7 @@ def main(argv):
     n_tokens = C.length or model.config.block_size
     data_dir = resolve_data_dir(C.dataset or ckpt.get('config', {}).get('dataset', ''))
     train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    train = generator_train_tokens(train, ckpt)
+    n_train, train = len(train), generator_train_tokens(train, ckpt)
     prompts = draw_prompts(train, n_tokens, C.windows, C.seed).to(device)
     source = None if C.judge == 'none' else TiltSource(C.judge, model, ckpt, 1.0, device)
     K = 1 if source is None else C.k
@@ -104,7 +104,7 @@ def main(argv):
                 judge=os.path.abspath(C.judge) if source else 'none', judge_kind=source.kind if source else 'none',
                 scale=C.scale if source else 0.0, k=K, windows=C.windows, length=n_tokens, prompt_len=PROMPT_LEN,
                 dataset=data_dir, seed=C.seed, vocab_size=model.config.vocab_size,
-                held_out_tail=len(np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16)) - len(train),
+                held_out_tail=n_train - len(train),
                 ess=weigh('tilt_ess'), f_kept=weigh('tilt_f_kept'), f_candidates=weigh('tilt_f_candidates'),
                 flops=sum(f['tilt_sampling_flops'] for _, f in figures) if figures
                 else model.flops_per_token() * C.windows * (n_tokens - PROMPT_LEN))
@@ -114,8 +114,7 @@ def main(argv):
     x.tofile(os.path.join(partial, 'windows.bin'))
     with open(os.path.join(partial, 'meta.json'), 'w') as f:
         json.dump(meta, f, indent=1)
-    shutil.rmtree(C.out_dir, ignore_errors=True)
-    os.replace(partial, C.out_dir)
+    replace_dir(partial, C.out_dir)
     how = (f"one kept of {K} a prompt ∝ e^({C.scale:g}·f) by the {source.kind}; the candidates' ESS "
            f"{meta['ess']:.2f}, f {meta['f_kept']:.3f} kept against {meta['f_candidates']:.3f} drawn") if source \
         else "one continuation a prompt, unresampled (the judge-off control)"
