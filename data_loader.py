@@ -128,10 +128,18 @@ def replace_dir(tmp_dir, out_dir):
         shutil.rmtree(old)
 
 
-def prepare_dataset(method, out_dir, input_path=None, train_split=0.9, split_block=0):
-    """Write input.txt, train.bin, val.bin (uint16) and, for char, meta.pkl into out_dir."""
+def prepare_dataset(method, out_dir, input_path=None, train_split=0.9, split_block=0, train_tokens=0):
+    """Write input.txt, train.bin, val.bin (uint16) and, for char, meta.pkl into out_dir. train_tokens: keep only the
+    train split's last that many tokens (0: all), so that smaller sizes nest in larger ones, each ending next to val
+    (where a base's selection tail sits), with val and the vocabulary (the whole text's) unchanged."""
     import pickle
     text = read_text(input_path) if input_path else default_corpus_text()
+    if train_tokens:  # checked before anything is written
+        train_text = split_text(text, train_split, split_block)[0]
+        n_train = len(train_text) if method == 'char' else len(TokenizationManager('bpe').encode(train_text))
+        if train_tokens > n_train:
+            raise UserError(f"--train_tokens {train_tokens:,} asks for more than the train split's {n_train:,} "
+                            f"tokens: pass at most that (0: all)")
     os.makedirs(out_dir, exist_ok=True)
     print(f"length of dataset in characters: {len(text):,}")
     if method == 'char':
@@ -145,6 +153,8 @@ def prepare_dataset(method, out_dir, input_path=None, train_split=0.9, split_blo
         tokenizer = TokenizationManager('bpe')
     write_atomic(os.path.join(out_dir, 'input.txt'), lambda p: open(p, 'w', encoding='utf-8').write(text))
     train_ids, val_ids = encode_splits(text, tokenizer, train_split, split_block)
+    if train_tokens:
+        train_ids = train_ids[-train_tokens:]
     print(f"train has {len(train_ids):,} tokens")
     print(f"val has {len(val_ids):,} tokens")
     write_atomic(os.path.join(out_dir, 'train.bin'), train_ids.tofile)
@@ -161,12 +171,16 @@ def prepare_main(method, out_dir):
     parser.add_argument('--split_block', type=int, default=0, help="0: val is the text's last part (nanoGPT's); B: "
                         "val is blocks of B characters spread through the text, from the same works as train")
     parser.add_argument('--out_dir', default=out_dir, help="where to write (default: this script's folder)")
+    parser.add_argument('--train_tokens', type=int, default=0, help="keep the train split's last N tokens (0: all): "
+                        "nested train sizes with val and the vocabulary unchanged")
     args = parser.parse_args()
     if not 0 < args.train_split < 1:
         raise UserError(f"--train_split must be in (0, 1), got {args.train_split}")
     if args.split_block < 0:
         raise UserError(f"--split_block must be >= 0 (0: the contiguous split), got {args.split_block}")
-    prepare_dataset(method, args.out_dir, args.input, args.train_split, args.split_block)
+    if args.train_tokens < 0:
+        raise UserError(f"--train_tokens must be >= 0 (0: the whole train split), got {args.train_tokens}")
+    prepare_dataset(method, args.out_dir, args.input, args.train_split, args.split_block, args.train_tokens)
 
 
 def _check_tokens(tokens, name, vocab_size, block_size):

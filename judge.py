@@ -5,6 +5,7 @@ window), its score and pair accuracy, its figures against the crossover labels, 
 online update, and the two commands that make a judge from scratch (reward data, then the reward model).
 """
 
+import copy
 import json
 import math
 import os
@@ -158,30 +159,44 @@ class NgramJudge:
 
     def fit(self, natural_texts, sample_texts):
         """Refit on these texts; returns its log loss on them."""
-        from sklearn.metrics import log_loss
+        features, y = self._features(natural_texts, sample_texts)
+        return self._fit_regression(features, y)
+
+    def _features(self, natural_texts, sample_texts):
+        """A fresh classifier's features fitted on these texts (the pipeline's own fit, in its two steps, so that
+        the regression's fits reuse them), and their labels (natural 0)."""
         texts = np.array(list(natural_texts) + list(sample_texts), dtype=object)
         y = np.r_[np.zeros(len(natural_texts)), np.ones(len(sample_texts))]
         self.classifier = tfidf_classifier(C=self.C)
-        # the pipeline's own fit, in its two steps, so that the loss reuses the features instead of recomputing them
-        features = self.classifier[:-1].fit_transform(texts, y)
-        self.classifier[-1].fit(features, y)
         self.fitted_on = (list(natural_texts), list(sample_texts))
+        return self.classifier[:-1].fit_transform(texts, y), y
+
+    def _fit_regression(self, features, y):
+        """The regression at this judge's C on the features; its log loss on them."""
+        from sklearn.metrics import log_loss
+        self.classifier[-1].set_params(C=self.C).fit(features, y)
         return float(log_loss(y, self.classifier[-1].predict_proba(features)[:, 1], labels=[0, 1]))
 
     @classmethod
     def fit_selected(cls, natural, samples, held_natural, held_samples, grid=NGRAM_C_GRID):
         """The judge of the C in grid whose fit on (natural, samples) has the lowest log loss on held-out texts, each
         class weighed equally as in the fit: a convex fit's early stopping, chosen on train windows it never saw.
-        Returns (the judge, {C: its held-out loss})."""
+        The features are fitted once (they do not depend on C). Returns (the judge, {C: its held-out loss})."""
+        judge = cls(grid[0])
+        features, y = judge._features(natural, samples)
+        held = [judge.classifier[:-1].transform(np.array(list(t), dtype=object)) for t in (held_natural, held_samples)]
         losses, best = {}, None
         for C in grid:
-            judge = cls(C)
-            judge.fit(natural, samples)
-            losses[C] = float(np.mean([-np.log(np.clip(judge.p_natural(held_natural), 1e-12, 1)).mean(),
-                                       -np.log(np.clip(1 - judge.p_natural(held_samples), 1e-12, 1)).mean()]))
-            if best is None or losses[C] < losses[best.C]:
-                best = judge
-        return best, losses
+            judge.C = C
+            judge._fit_regression(features, y)
+            p_natural = [judge.classifier[-1].predict_proba(h)[:, 0] for h in held]
+            losses[C] = float(np.mean([-np.log(np.clip(p_natural[0], 1e-12, 1)).mean(),
+                                       -np.log(np.clip(1 - p_natural[1], 1e-12, 1)).mean()]))
+            if best is None or losses[C] < losses[best]:
+                best, regression = C, copy.deepcopy(judge.classifier[-1])  # fitted at C, kept
+        judge.C = best
+        judge.classifier.steps[-1] = (judge.classifier.steps[-1][0], regression)
+        return judge, losses
 
     def p_natural(self, texts):
         if self.classifier is None:

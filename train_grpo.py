@@ -72,7 +72,8 @@ reward_model_path = ''  # the frozen judge
 # the judge that plays: 'model', the reward model at reward_model_path; 'ngram', a judge outside the GPT form
 # (judge.py's NgramJudge: the two-sample test's classifier on the completions' text), no reward model, refit from
 # scratch every judge_update_interval steps on the replay's rollouts against natural continuations (its prompts' own
-# and judge_natural_windows more), first on judge_warmup_steps batches before the policy moves
+# and judge_natural_windows more), first on judge_warmup_steps batches before the policy moves; or, with
+# reward_model_path=JUDGE.json (judge.NgramJudge.save's file, e.g. bench_judge_curve.py's), that judge played frozen
 judge = 'model'
 # the reward the policy plays for (rewards.py, one function each): 'judge', the judge's P(natural) (the seed's
 # design); or a positive control, a reward known to be right, with the judge still scoring and logged as an instrument
@@ -361,6 +362,18 @@ def load_models(C, rt):
     return policy_ckpt, rm_ckpt, policy, reward_model, reference
 
 
+def saved_ngram_judge(C, policy_ckpt):
+    """The n-gram judge saved at reward_model_path (refit on its texts), of the policy's tokenization."""
+    try:
+        judge = NgramJudge.load(C.reward_model_path)
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"{C.reward_model_path}: not an n-gram judge's file ({e}); NgramJudge.save writes one "
+                        f"(bench_judge_recipes.py, bench_judge_curve.py, a game's *_judge.json)") from None
+    TokenizationInfo.from_dict(policy_ckpt['tokenization']).check_compatible(
+        TokenizationInfo.from_dict(judge.tokenization), 'the policy', 'the n-gram judge')
+    return judge
+
+
 def load_teacher(C, policy_ckpt, rt):
     """The teacher of reward='teacher': a generator of the policy's tokenization that reads whole sequences."""
     ckpt = load_checkpoint(C.teacher_path)
@@ -381,13 +394,18 @@ def check_config(C):
     for name in ('policy_path',) + (('reward_model_path',) if C.judge == 'model' else ()):
         if not getattr(C, name):
             raise UserError(f"pass --{name}=PATH")
-    if C.judge == 'ngram' and C.reward_model_path:
-        raise UserError("--judge=ngram plays no reward model: drop --reward_model_path")
-    if C.judge == 'ngram' and (not C.judge_update_interval or not C.judge_warmup_steps or C.judge_unfreeze_layers
-                               or C.judge_loss not in ('', 'binary') or C.token_advantages):
+    if C.judge == 'ngram' and C.reward_model_path and (not C.reward_model_path.endswith('.json') or
+                                                       C.judge_update_interval or C.judge_warmup_steps):
+        raise UserError("--judge=ngram with --reward_model_path plays a saved n-gram judge (a .json file "
+                        "NgramJudge.save wrote) frozen: pass such a file, and no judge_update_interval or "
+                        "judge_warmup_steps")
+    if C.judge == 'ngram' and not C.reward_model_path and (
+            not C.judge_update_interval or not C.judge_warmup_steps or C.judge_unfreeze_layers
+            or C.judge_loss not in ('', 'binary') or C.token_advantages):
         raise UserError("--judge=ngram is fitted online: pass --judge_update_interval=1 (or k) and "
                         "--judge_warmup_steps=W >= 1, and no judge_unfreeze_layers, judge_loss or token_advantages "
-                        "(it has no layers, and scores whole completions)")
+                        "(it has no layers, and scores whole completions); or --reward_model_path=JUDGE.json to "
+                        "play a saved one frozen")
     reward_function(C.reward, C.reward_form)  # a name it knows, or a user's module:function that loads
     if (C.reward in NEEDS_TEACHER) != bool(C.teacher_path):
         raise UserError(f"--reward={C.reward if C.reward in NEEDS_TEACHER else 'teacher'} needs "
@@ -487,7 +505,8 @@ def setup(C, rt):
     run.shuffle_rng = np.random.default_rng([C.seed, rt.rank, 17])  # reward_shuffle's permutations
     run.law_rng = np.random.default_rng([C.seed, rt.rank, 19])  # law_positions' draws
     # the judge keeps the loss it was trained with, unless judge_loss names another
-    run.ngram = NgramJudge() if C.judge == 'ngram' else None
+    run.ngram = (saved_ngram_judge(C, policy_ckpt) if C.reward_model_path else NgramJudge()) \
+        if C.judge == 'ngram' else None
     run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
     if run.judge_loss_kind == 'binary' and C.judge_update_interval and not C.judge_natural_windows and not run.ngram:
         given = '--judge_loss=binary' if C.judge_loss else f"{C.reward_model_path} was trained with loss=binary"
@@ -532,7 +551,7 @@ def setup(C, rt):
     run.log_path, run.plot_path = stem + '_log.jsonl', stem + '_curves.png'
     run.judge_path = stem + ('_judge.json' if run.ngram else '_judge.pt')  # the judge as it stands (save)
     run.state_path = resume_file(C.out_path, rt.rank)
-    run.signature = run_signature(vars(C), [C.policy_path] + ([C.reward_model_path] if not run.ngram else [])
+    run.signature = run_signature(vars(C), [C.policy_path] + ([C.reward_model_path] if C.reward_model_path else [])
                                   + ([C.teacher_path] if C.teacher_path else []))
     run.flops_per_step = step_flops(run)
     run.ppl_tokens = 'whole val split' if not C.ppl_max_tokens else \
@@ -619,7 +638,7 @@ def save(run, step, stop_reason, **final):
                                     loss=run.judge_loss_kind, online_unfreeze_layers=C.judge_unfreeze_layers),
                         tokenization=run.rm_ckpt['tokenization'], data_block_size=run.N,
                         metrics={k: last[k] for k in last if k.startswith('judge')})
-    if run.ngram and run.ngram.fitted_on is not None:
+    if run.ngram and run.ngram.fitted_on is not None and not C.reward_model_path:  # a saved judge is its own file
         run.ngram.save(run.judge_path, run.policy_ckpt['tokenization'])
 
 

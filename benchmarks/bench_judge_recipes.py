@@ -34,10 +34,11 @@ constant a prompt, so its worth is that column's; the pooled DV is no reading of
       [--law_windows 100] [--seed 1337] [--negatives 8] [--recipes crossover,window,...] [--device auto]
       [--select_windows 0]
 
-The n-gram judge is saved as judge_ngram[_selectN].json, a judge bench_tilt.py --source and sample.py --judge read.
-Everything is written under RUN/recipes/base_<the first 12 hex digits of the base checkpoint's sha256>, reused by a
-rerun on the same base and by every recipe: a base trained again in the same run folder never reads another base's
-samples or judges.
+The n-gram judge is saved as judge_ngram_<windows>w[_selectN].json, a judge bench_tilt.py --source and sample.py
+--judge read. Everything is written under RUN/recipes/base_<the first 12 hex digits of the base checkpoint's sha256>,
+each file named by its windows (data_window_5000w, judge_ranking8_allw_select2000.pt, ...), reused by a rerun on the
+same base and by every recipe: a base trained again in the same run folder never reads another base's samples or
+judges, and a rerun with other --windows never reads the data of these.
 """
 import argparse
 import contextlib
@@ -129,6 +130,31 @@ def combined_judge(data, tok, base, device):
     return log_odds_of, base.flops_per_token() * windows.numel()
 
 
+def run_setting(run, device, parser):
+    """A plateau or cycle run's (config, base path, the base's folder of judges and data, data folder, device);
+    a run without a base or config is the parser's one-line error."""
+    for name in ('base_model_v1.pt', 'config.json'):
+        if not os.path.exists(os.path.join(run, name)):
+            parser.error(f"{os.path.join(run, name)} not found: --run takes a run_cycles.py folder with a base")
+    cfg = json.load(open(os.path.join(run, 'config.json')))
+    base_path = os.path.join(run, 'base_model_v1.pt')
+    work = os.path.join(run, 'recipes', f'base_{file_sha256(base_path)[:12]}')
+    os.makedirs(work, exist_ok=True)
+    return cfg, base_path, work, resolve_data_dir(cfg['dataset']), resolve_device(device)
+
+
+@torch.no_grad()
+def read_texts(base, val, n, negatives, seed, device):
+    """What every judge is read on: n natural val windows (two_sample.eval_windows), the base's continuations of the
+    PROMPT_LEN-token prompts of n other val windows (the pooled DV's), and `negatives` continuations of each natural
+    window's own prompt, (n, negatives, L) (the per-prompt DV's)."""
+    natural, prompts = (w.to(device) for w in eval_windows(val, n, base.config.block_size, seed))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN, generator=gen)
+    group = candidates(base, natural[:, :PROMPT_LEN], natural.shape[1], negatives, 1.0, None, gen)[0]
+    return natural, samples, group
+
+
 def row(name, score, texts, flops, seed, law=None):
     """A table row: the judge's FLOPs, sight, worth a window (pooled, and per prompt) and a written token, and its
     next-token law. score: the judge's log-odds of windows; texts: (natural, samples of other prompts, (n, K, L)
@@ -162,27 +188,19 @@ def main():
     if set(recipes) - set(RECIPES) or A.negatives < 1:
         p.error(f"--recipes takes some of {','.join(RECIPES)} and --negatives at least 1")
     t0 = time.time()
-    cfg = json.load(open(os.path.join(A.run, 'config.json')))
-    base_path = os.path.join(A.run, 'base_model_v1.pt')
-    work = os.path.join(A.run, 'recipes', f'base_{file_sha256(base_path)[:12]}')
-    os.makedirs(work, exist_ok=True)
-    data_dir = resolve_data_dir(cfg['dataset'])
-    device = resolve_device(A.device)
+    cfg, base_path, work, data_dir, device = run_setting(A.run, A.device, p)
     base = GPT.from_checkpoint(base_path, device=device)
     tok = TokenizationManager.from_info(load_checkpoint(base_path)['tokenization'])
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    natural, prompts = (w.to(device) for w in eval_windows(val, A.num_samples, base.config.block_size, A.seed))
-    gen = torch.Generator(device=device).manual_seed(A.seed)
-    with torch.no_grad():
-        samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN, generator=gen)
-    group = candidates(base, natural[:, :PROMPT_LEN], natural.shape[1], A.negatives, 1.0, None, gen)[0]
-    texts = (natural, samples, group)
+    texts = read_texts(base, val, A.num_samples, A.negatives, A.seed, device)
+    natural = texts[0]
     len_completion = natural.shape[1] - PROMPT_LEN
     law_natural = natural[:A.law_windows]
     base_law = np.exp(np.mean(-completion_logprob(base, law_natural, PROMPT_LEN) / len_completion))
     kinds = dict.fromkeys(['window'] + [RECIPES[name][0] for name in recipes])  # the n-gram judges read 'window'
-    select = f'_select{A.select_windows}' if A.select_windows else ''
-    tag = {kind: kind + (str(A.negatives) if kind == 'negatives' else '') + select for kind in kinds}  # data_negatives8
+    # every file is named by what it was made from: data_window_5000w, data_negatives8_allw_select2000, ...
+    select = f"_{A.windows or 'all'}w" + (f'_select{A.select_windows}' if A.select_windows else '')
+    tag = {kind: kind + (str(A.negatives) if kind == 'negatives' else '') + select for kind in kinds}
     data_flops = {kind: make_data(kind, base_path, data_dir, os.path.join(work, f'data_{tag[kind]}'), A.windows,
                                 A.seed, (A.num_samples, A.seed), A.negatives, A.select_windows)
                   for kind in kinds}

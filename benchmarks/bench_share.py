@@ -101,8 +101,8 @@ def played_judge(arm_path):
     if cfg.get('reward') != 'judge':
         return None
     stem = os.path.splitext(arm_path)[0]
-    if cfg.get('judge') == 'ngram':
-        return stem + '_judge.json'
+    if cfg.get('judge') == 'ngram':  # a saved judge played frozen, or the one the game fitted
+        return cfg.get('reward_model_path') or stem + '_judge.json'
     return stem + '_judge.pt' if cfg.get('judge_update_interval') else cfg['reward_model_path']
 
 

@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -368,10 +369,28 @@ def test_an_ngram_judge_fitted_online_sees_the_policys_text(judge_case):
     assert m['judge_warmup'][-1]['judge_loss'] > 0 and all(x['judge_loss'] is None for x in m['history'])
     assert min(x['judge_sight'] for x in m['history']) > 0.9
     assert all(x['reward'] < 0 for x in m['history'])  # its log-odds, log P(natural) - log P(synthetic): below 0
+    # that judge as it saved itself, played frozen from its file: no warm-up, the same sight, no copy written
+    saved = str(d / 'ngram_frozen_judge.json')
+    r = run_script('train_grpo.py', f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram',
+                   f'--reward_model_path={saved}', f'--out_path={d / "ngram_saved.pt"}', '--device=cpu',
+                   '--max_steps=2', '--learning_rate=0', '--eval_interval=100', '--prompts_per_step=8',
+                   '--num_generations=2', '--reward_form=log_odds')
+    assert r.returncode == 0, r.stderr[-3000:]
+    m2 = load_checkpoint(str(d / 'ngram_saved.pt'))['metrics']
+    assert m2['judge_warmup'] == [] and min(x['judge_sight'] for x in m2['history']) > 0.9
+    assert all(x['reward'] < 0 and x['judge_loss'] is None for x in m2['history'])
+    assert not (d / 'ngram_saved_judge.json').exists()
+    from conftest import ROOT
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    from bench_share import played_judge
+    assert played_judge(str(d / 'ngram_saved.pt')) == saved
+    assert played_judge(str(d / 'ngram_frozen.pt')) == saved
     base = [f'--policy_path={d / "gen" / "ckpt.pt"}', '--judge=ngram', f'--out_path={d / "x.pt"}', '--device=cpu']
     for extra, says in ((['--judge_update_interval=1'], 'judge_warmup_steps'),
                         (['--judge_update_interval=1', '--judge_warmup_steps=1',
-                          f'--reward_model_path={d / "blind.pt"}'], 'drop --reward_model_path'),
+                          f'--reward_model_path={saved}'], 'plays a saved n-gram judge'),
+                        ([f'--reward_model_path={d / "blind.pt"}'], 'plays a saved n-gram judge'),
+                        ([f'--reward_model_path={d / "gen" / "x.json"}'], "not an n-gram judge's file"),
                         (['--judge=gpt'], "judge must be 'model'")):
         r = run_script('train_grpo.py', *base, *extra)
         assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]

@@ -372,6 +372,30 @@ def test_the_plateau_games_read_stops_when_the_shuffled_read_fails(plateau_run, 
     assert not list(out.glob('read_*'))  # no other control was started
 
 
+def test_the_plateau_game_plays_a_saved_judge_frozen(plateau_run):
+    """plateau_game.sh play ngram_saved: the n-gram judge at JUDGE played frozen from the first step (no warm-up),
+    beside its shuffled control, and named as the judge that played; without a JUDGE file, or with an unknown arm, a
+    one-line error and exit 2."""
+    import subprocess
+    from conftest import ROOT
+    run, env = plateau_run
+    judge = str(run / 'game' / 'ngram_frozen_s1338_judge.json')
+    r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'play', 'ngram_saved'], cwd=ROOT,
+                       env=dict(env, SEEDS='1338', JUDGE=judge, STEPS='2'), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name in ('ngram_saved_s1338.pt', 'ngram_saved_shuffled_s1338.pt'):
+        ckpt = load_checkpoint(str(run / 'game' / name))
+        assert ckpt['config']['reward_model_path'] == judge and ckpt['metrics']['judge_warmup'] == []
+        assert len(ckpt['metrics']['history']) == 2
+    assert bench_share_module().played_judge(str(run / 'game' / 'ngram_saved_s1338.pt')) == judge
+    for arm, extra, says in (('ngram_saved', {}, 'plays the n-gram judge at JUDGE'),
+                             ('ngram_other', {}, 'no arm ngram_other')):
+        r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'play', arm], cwd=ROOT,
+                           env=dict(env, **extra), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def env_dataset(run):
     import json
     return json.load(open(run / 'config.json'))['dataset']
@@ -587,11 +611,11 @@ def test_the_judge_recipes_benchmark_reads_the_new_recipes_in_nats(tmp_path, cha
     assert rows[:2] == ['bidirectional', 'ranking'] and rows[-1] == 'MLE control, exact log-ratio', rows
     from data_loader import file_sha256
     work = run / 'recipes' / f'base_{file_sha256(run / "base_model_v1.pt")[:12]}'  # keyed by the base
-    assert RewardDataset(str(work / 'data_window'), 'train').metadata['model_sha256'] == file_sha256(char_ckpt)
-    assert GPT.from_checkpoint(str(work / 'judge_bidirectional.pt')).config.bidirectional
-    assert load_checkpoint(str(work / 'judge_ranking3.pt'))['config']['loss'] == 'ranking'
-    assert RewardDataset(str(work / 'data_negatives3'), 'train').samples_per_chunk == 3
-    assert not (work / 'judge_window.pt').exists() and len(list(work.glob('mle_at_*_flops.pt'))) == 1
+    assert RewardDataset(str(work / 'data_window_24w'), 'train').metadata['model_sha256'] == file_sha256(char_ckpt)
+    assert GPT.from_checkpoint(str(work / 'judge_bidirectional_24w.pt')).config.bidirectional
+    assert load_checkpoint(str(work / 'judge_ranking3_24w.pt'))['config']['loss'] == 'ranking'
+    assert RewardDataset(str(work / 'data_negatives3_24w'), 'train').samples_per_chunk == 3
+    assert not list(work.glob('judge_window*')) and len(list(work.glob('mle_at_*_flops.pt'))) == 1
     r = run_script(script, '--run', str(run), '--recipes', 'windows')
     assert r.returncode == 2 and '--recipes takes some of' in r.stderr and 'Traceback' not in r.stderr
     # --select_windows: every recipe selects on held-out train windows of its own data, the n-gram judge its C
@@ -599,9 +623,45 @@ def test_the_judge_recipes_benchmark_reads_the_new_recipes_in_nats(tmp_path, cha
                    '--law_windows', '4', '--recipes', 'window', '--select_windows', '6')
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'selected on 6 held-out train windows' in r.stdout and '| n-gram (C = ' in r.stdout
-    assert len(RewardDataset(str(work / 'data_window_select6'), 'select')) == 6
+    assert len(RewardDataset(str(work / 'data_window_24w_select6'), 'select')) == 6
     assert 'the checkpoint was selected on 6 held-out train samples' in r.stderr
-    assert (work / 'judge_window_select6.pt').exists() and not (work / 'judge_window.pt').exists()
+    assert [p.name for p in work.glob('judge_window*')] == ['judge_window_24w_select6.pt']
     from judge import NgramJudge
-    assert NgramJudge.load(str(work / 'judge_ngram_select6.json')).C == float(re.search(r'n-gram \(C = ([\d.]+)\)',
+    assert NgramJudge.load(str(work / 'judge_ngram_24w_select6.json')).C == float(re.search(r'n-gram \(C = ([\d.]+)\)',
                                                                                       r.stdout).group(1))
+
+
+def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, char_data):
+    """bench_judge_curve.py: every train window's negatives are sampled once and serve every point (the windows
+    nested, the first k negatives of each); each point's n-gram judge is fit on exactly those texts, chooses its L2
+    strength on held-out train windows, is saved, and is read in nats beside an MLE control at its FLOPs, which grow
+    with its data; bad counts are a one-line error."""
+    import json
+    import shutil
+    from conftest import ROOT
+    from data_loader import file_sha256
+    from judge import NgramJudge
+    from reward_dataset_loader import RewardDataset
+    run = tmp_path / 'run'
+    run.mkdir()
+    shutil.copy(char_ckpt, run / 'base_model_v1.pt')
+    (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
+    script = os.path.join(ROOT, 'benchmarks', 'bench_judge_curve.py')
+    r = run_script(script, '--run', str(run), '--windows', '6,0', '--negatives', '1,3', '--select_windows', '4',
+                   '--num_samples', '12', '--read_negatives', '2')
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [line.split(' | ') for line in r.stdout.splitlines() if line.startswith('| ') and 'C = ' in line]
+    work = run / 'recipes' / f'base_{file_sha256(run / "base_model_v1.pt")[:12]}'
+    assert [p.name for p in work.glob('data_*')] == ['data_negatives3_allw_select4_s1337']
+    blocks = len(RewardDataset(str(work / 'data_negatives3_allw_select4_s1337'), 'train').natural)
+    assert [row[0].lstrip('| ').split(' (')[0] for row in rows] == \
+        ['6 / 6', '6 / 18', f'{blocks} / {blocks}', f'{blocks} / {3 * blocks}']
+    flops = [float(row[1]) for row in rows]
+    assert flops[0] < flops[1] < flops[3] and flops[0] < flops[2] < flops[3]
+    small = NgramJudge.load(str(work / 'judge_ngram_curve_6w_1neg_s1337.json'))
+    large = NgramJudge.load(str(work / 'judge_ngram_curve_allw_3neg_s1337.json'))
+    assert [len(t) for t in small.fitted_on] == [6, 6] and [len(t) for t in large.fitted_on] == [blocks, 3 * blocks]
+    assert set(small.fitted_on[0]) <= set(large.fitted_on[0])  # nested
+    assert 's a million characters' in r.stdout and len(list(work.glob('mle_at_*_flops_s1337.pt'))) == 4
+    r = run_script(script, '--run', str(run), '--windows', '5000,x')
+    assert r.returncode == 2 and '--windows takes comma-separated counts' in r.stderr and 'Traceback' not in r.stderr

@@ -48,6 +48,23 @@ def test_an_interleaved_split_spreads_val_blocks_through_the_text(tmp_path, tiny
     assert not (tmp_path / 'bad').exists()
 
 
+def test_train_tokens_keeps_the_train_splits_end_nested_with_val_and_vocabulary_unchanged(tmp_path, tiny_text_file):
+    """--train_tokens N: train.bin is the whole split's last N tokens (so sizes nest, each ending next to val), and
+    val.bin and meta.pkl are the whole run's; more than the split holds is a one-line error that writes nothing."""
+    whole, small = tmp_path / 'whole', tmp_path / 'small'
+    for out, extra in ((whole, []), (small, ['--train_tokens', '5000'])):
+        r = run_script('data/shakespeare_char/prepare.py', '--input', tiny_text_file, '--out_dir', str(out), *extra)
+        assert r.returncode == 0, r.stderr
+    train, small_train = (np.fromfile(d / 'train.bin', dtype=np.uint16) for d in (whole, small))
+    assert len(small_train) == 5000 and np.array_equal(small_train, train[-5000:])
+    assert (whole / 'val.bin').read_bytes() == (small / 'val.bin').read_bytes()
+    assert (whole / 'meta.pkl').read_bytes() == (small / 'meta.pkl').read_bytes()
+    r = run_script('data/shakespeare_char/prepare.py', '--input', tiny_text_file, '--out_dir', str(tmp_path / 'bad'),
+                   '--train_tokens', str(len(train) + 1))
+    assert r.returncode != 0 and '--train_tokens' in r.stderr and 'Traceback' not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / 'bad').exists()
+
+
 def test_bpe_prepare(bpe_data, tiny_text_file):
     text = open(tiny_text_file).read()
     train = np.fromfile(os.path.join(bpe_data, 'train.bin'), dtype=np.uint16)
