@@ -15,10 +15,12 @@ the read's windows and the MLE control's own seed, so that each seed has its own
 (per prompt, --read_negatives a prompt), as bench_judge_recipes.py reads its recipes.
 
   python benchmarks/bench_judge_curve.py --run runs/plateau_min2e-5 [--windows 5000,20000,0] [--negatives 1,4,16]
-      [--select_windows 2000] [--num_samples 1000] [--read_negatives 8] [--seed 1337] [--device auto]
+      [--select_windows 2000] [--num_samples 1000] [--read_negatives 8] [--seed 1337] [--device auto] [--plot PNG]
 
 --windows 0 is every train window. Each point's judge is saved as judge_ngram_curve_<windows>w_<k>neg_s<seed>.json
-beside the data (a judge bench_tilt.py --source, sample.py --judge and train_grpo.py --judge read).
+beside the data (a judge bench_tilt.py --source, sample.py --judge and train_grpo.py --judge=ngram
+--reward_model_path read), and each point's figures, as it finishes, to curve_s<seed>_...json there: a rerun with the
+same settings reads the points it finds (an interrupted run resumes) and --plot PATH draws the curve.
 """
 import argparse
 import contextlib
@@ -33,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 from bench_judge_recipes import make_data, read_texts, row, run_setting  # noqa: E402
+from data_loader import write_atomic  # noqa: E402
 from judge import NgramJudge  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
@@ -67,6 +70,43 @@ def generation(data, split):
     return int(meta['flops']), int(meta['num_samples'])
 
 
+def worth_figures(figures):
+    """A point's figures as the record keeps them: sight, pooled and per-prompt worth with their intervals."""
+    g = figures['per_prompt']
+    return dict(auc=float(figures['auc']), dv=float(figures['dv']), dv_ci=[float(v) for v in figures['dv_ci']],
+                per_prompt=float(g['dv']), per_prompt_ci=[float(v) for v in g['dv_ci']])
+
+
+def plot(points, path, title):
+    """Worth per prompt [95%] against the generated windows a judge saw, a line a natural count, beside the MLE
+    control's at each point's FLOPs (open markers)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for n in sorted({q['windows'] for q in points}):
+        qs = sorted((q for q in points if q['windows'] == n), key=lambda q: q['negatives'])
+        x = [q['windows'] * q['negatives'] for q in qs]
+        for key, style, label in (('judge', 'o-', f'n-gram judge, {n:,} natural windows'),
+                                  ('mle', 's--', f'MLE control at its FLOPs ({n:,})')):
+            y = np.array([q[key]['per_prompt'] for q in qs])
+            err = np.abs(np.array([q[key]['per_prompt_ci'] for q in qs]).T - y)
+            line = ax.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=label,
+                               mfc='none' if key == 'mle' else None)
+            if key == 'judge':
+                color = line[0].get_color()
+            else:
+                line[0].set_color(color)
+    ax.set_xscale('log')
+    ax.axhline(0, color='grey', lw=0.5)
+    ax.set_xlabel("generated train windows the judge saw")
+    ax.set_ylabel("worth, nats a window (per prompt, 95%)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
@@ -78,6 +118,7 @@ def main():
     p.add_argument('--read_negatives', type=int, default=8, help="continuations of each read window's own prompt")
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')
+    p.add_argument('--plot', default='', help="a PNG of the curve (worth per prompt against the negatives seen)")
     A = p.parse_args()
     windows, negatives = counts(A.windows, 'windows', p), counts(A.negatives, 'negatives', p)
     if min(negatives) < 1 or A.select_windows < 1 or A.num_samples < 2 or A.read_negatives < 1:
@@ -109,10 +150,17 @@ def main():
     texts = read_texts(base, val, A.num_samples, A.read_negatives, A.seed, device)
     order = np.random.default_rng(A.seed).permutation(blocks)  # nested draws: 5,000 windows are 20,000's first
     held = split_texts(select, tok, np.arange(len(select.natural)), None)
+    record = os.path.join(work, f'curve_s{A.seed}_neg{K}_select{A.select_windows}_read{A.num_samples}x'
+                                f'{A.read_negatives}.json')
+    points = json.load(open(record)) if os.path.exists(record) else []  # a rerun reads the points it has
     lines = []
     for n in windows:
         rows = np.sort(order[:n or blocks])
         for k in negatives:
+            done = [q for q in points if (q['windows'], q['negatives']) == (len(rows), k)]
+            if done:
+                lines.append(done[0]['line'])
+                continue
             t = time.process_time()  # CPU seconds: a pause or a neighbour does not change them
             natural, samples = split_texts(train, tok, rows, k)
             held_k = (held[0], [s for i, s in enumerate(held[1]) if i % K < k])
@@ -121,15 +169,18 @@ def main():
             judge.save(os.path.join(work, f'judge_ngram_curve_{n or "all"}w_{k}neg_s{A.seed}.json'), tokenization)
             # the point's FLOPs: its share of the negatives' generation (train and select), the n-gram fit aside
             flops = train_flops * len(rows) * k / train_samples + select_flops * k / K
-            line, _ = row(f'{len(rows)} / {len(rows) * k} (C = {judge.C:g})',
-                          lambda w: judge.log_odds(completion_texts(tok, w)), texts, flops, A.seed)
+            line, figures = row(f'{len(rows)} / {len(rows) * k} (C = {judge.C:g})',
+                                lambda w: judge.log_odds(completion_texts(tok, w)), texts, flops, A.seed)
             mle_path = os.path.join(work, f'mle_at_{flops:.4g}_flops_s{A.seed}.pt')
             mle = GPT.from_checkpoint(mle_control(cfg, base_path, flops, mle_path, A.seed + 1), device=device)
-            mle_line, _ = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN)
-                              - completion_logprob(base, w, PROMPT_LEN), texts, flops, A.seed)
+            mle_line, mle_figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN)
+                                        - completion_logprob(base, w, PROMPT_LEN), texts, flops, A.seed)
             mle_cells = mle_line.split(' | ')[2:5]  # its sight, pooled and per-prompt worth
             lines.append(line.rsplit(' | ', 2)[0] + f' | {fit_seconds:.0f} | ' + ' | '.join(mle_cells) + ' |')
             print(lines[-1], file=sys.stderr, flush=True)
+            points.append(dict(windows=len(rows), negatives=k, flops=flops, C=judge.C, line=lines[-1],
+                               judge=worth_figures(figures), mle=worth_figures(mle_figures)))
+            write_atomic(record, lambda path: json.dump(points, open(path, 'w'), indent=1))
     print(f"\nthe n-gram judge's worth against its data, on {A.run}'s base; {A.select_windows} held-out train windows "
           f"select every judge's L2 strength; read on {A.num_samples} natural val windows against as many base "
           f"samples of other prompts (DV) and {A.read_negatives} of their own prompt (per prompt), "
@@ -142,6 +193,9 @@ def main():
           "DV, nats a window [95%] (scale) | per prompt [95%] (scale) | fit, CPU s | the MLE control at those FLOPs: "
           "sight | its DV [95%] | its per prompt [95%] |\n|---|---|---|---|---|---|---|---|---|")
     print('\n'.join(lines))
+    if A.plot:
+        plot(points, A.plot, f"{A.run}'s base: the n-gram judge's worth against its data")
+        print(f"wrote {A.plot}")
     print(f"{time.time() - t0:.0f} s")
 
 

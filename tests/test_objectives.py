@@ -663,5 +663,14 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
     assert [len(t) for t in small.fitted_on] == [6, 6] and [len(t) for t in large.fitted_on] == [blocks, 3 * blocks]
     assert set(small.fitted_on[0]) <= set(large.fitted_on[0])  # nested
     assert 's a million characters' in r.stdout and len(list(work.glob('mle_at_*_flops_s1337.pt'))) == 4
+    # a rerun reads the points it recorded (no judge refit) and draws the curve
+    stamp = os.path.getmtime(work / 'judge_ngram_curve_6w_1neg_s1337.json')
+    again = run_script(script, '--run', str(run), '--windows', '6,0', '--negatives', '1,3', '--select_windows', '4',
+                       '--num_samples', '12', '--read_negatives', '2', '--plot', str(tmp_path / 'curve.png'))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [line for line in again.stdout.splitlines() if 'C = ' in line] == \
+        [line for line in r.stdout.splitlines() if 'C = ' in line]
+    assert os.path.getmtime(work / 'judge_ngram_curve_6w_1neg_s1337.json') == stamp
+    assert (tmp_path / 'curve.png').stat().st_size > 0
     r = run_script(script, '--run', str(run), '--windows', '5000,x')
     assert r.returncode == 2 and '--windows takes comma-separated counts' in r.stderr and 'Traceback' not in r.stderr
