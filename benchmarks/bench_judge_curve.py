@@ -10,9 +10,9 @@ judge chooses its L2 strength on the same --select_windows held-out train window
 continuations (judge.NgramJudge.fit_selected); none sees val text. The negatives are sampled once a seed, for every
 train window at the largest count, with bench_judge_recipes.py's data (cached under RUN/recipes/base_<sha256 of the
 base>/, reused by every point and by a rerun with that seed on the same base); --seed draws them, the windows' order,
-the read's windows and the MLE control's own seed, so that each seed has its own of all four. Every point is read on the same
---num_samples natural val windows against the base's continuations of other val prompts (pooled DV) and of their own
-(per prompt, --read_negatives a prompt), as bench_judge_recipes.py reads its recipes.
+the read's windows and the MLE control's own seed, so that each seed has its own of all four. Every point is read on
+the same --num_samples natural val windows against the base's continuations of other val prompts (pooled DV) and of
+their own (per prompt, --read_negatives a prompt), as bench_judge_recipes.py reads its recipes.
 
   python benchmarks/bench_judge_curve.py --run runs/plateau_min2e-5 [--windows 5000,20000,0] [--negatives 1,4,16]
       [--select_windows 2000] [--num_samples 1000] [--read_negatives 8] [--seed 1337] [--device auto] [--plot PNG]
@@ -30,6 +30,7 @@ import sys
 import time
 
 import numpy as np
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -131,10 +132,8 @@ def main():
     if not os.path.isdir(data):
         t = time.time()
         make_data('negatives', base_path, data_dir, data, 0, A.seed, (A.num_samples, A.seed), K, A.select_windows)
-        seconds = time.time() - t
-        with open(timing + '.tmp', 'w') as f:
-            json.dump(dict(seconds=seconds, device=str(device), torch_threads=__import__('torch').get_num_threads()), f)
-        os.replace(timing + '.tmp', timing)
+        spent = dict(seconds=time.time() - t, device=str(device), torch_threads=torch.get_num_threads())
+        write_atomic(timing, lambda path: json.dump(spent, open(path, 'w')))
     train, select = RewardDataset(data, 'train'), RewardDataset(data, 'select')
     spent = json.load(open(timing)) if os.path.exists(timing) else None
     (train_flops, train_samples), select_flops = generation(data, 'train'), generation(data, 'select')[0]
@@ -147,7 +146,7 @@ def main():
     tokenization = load_checkpoint(base_path)['tokenization']
     tok = TokenizationManager.from_info(tokenization)
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
-    texts = read_texts(base, val, A.num_samples, A.read_negatives, A.seed, device)
+    texts = None  # sampled at the first point not yet recorded
     order = np.random.default_rng(A.seed).permutation(blocks)  # nested draws: 5,000 windows are 20,000's first
     held = split_texts(select, tok, np.arange(len(select.natural)), None)
     record = os.path.join(work, f'curve_s{A.seed}_neg{K}_select{A.select_windows}_read{A.num_samples}x'
@@ -161,6 +160,7 @@ def main():
             if done:
                 lines.append(done[0]['line'])
                 continue
+            texts = texts or read_texts(base, val, A.num_samples, A.read_negatives, A.seed, device)
             t = time.process_time()  # CPU seconds: a pause or a neighbour does not change them
             natural, samples = split_texts(train, tok, rows, k)
             held_k = (held[0], [s for i, s in enumerate(held[1]) if i % K < k])
