@@ -209,33 +209,57 @@ class NgramJudge:
         return log_odds(np.stack([p, 1 - p], axis=1))
 
     def save(self, path, tokenization):
-        """The judge as a file: the texts it was fitted on and the tokenization of the model whose windows they
-        were decoded from (JSON, written atomically); NgramJudge.load refits on them, the same judge (the fit is
-        deterministic)."""
+        """The judge as a file (JSON, written atomically): the texts it was fitted on, the tokenization of the model
+        whose windows they were decoded from, and the fitted features and regression, so that NgramJudge.load is
+        the same judge without refitting (a refit on every train window and 16 negatives each takes minutes and
+        about 6 GB: six games loading one judge ran out of 24 GiB)."""
         if self.fitted_on is None:
             raise ValueError("an unfitted n-gram judge knows nothing: there is nothing to save")
         natural, samples = self.fitted_on
+        features = [dict(terms=sorted(v.vocabulary_, key=v.vocabulary_.get), idf=v.idf_.tolist())
+                    for _, v in self.classifier[0].transformer_list]
+        regression = self.classifier[-1]
+        fitted = dict(features=features, coef=regression.coef_[0].tolist(), intercept=float(regression.intercept_[0]))
 
         def write(tmp):
             with open(tmp, 'w') as f:
                 json.dump(dict(kind='ngram', tokenization=dict(tokenization), natural=natural, samples=samples,
-                               C=self.C), f)
+                               C=self.C, fitted=fitted), f)
         write_atomic(path, write)
 
     @classmethod
     def load(cls, path):
-        """The judge saved at path, refit on its texts; its .tokenization is the one they were decoded with."""
+        """The judge saved at path: its fitted features and regression restored (a file without them, from before
+        they were saved, is refit on its texts: the fit is deterministic); its .tokenization is the one its texts
+        were decoded with."""
         with open(path) as f:
             saved = json.load(f)
         if saved.get('kind') != 'ngram':
             raise ValueError(f"{path} is not an n-gram judge's file (NgramJudge.save writes one)")
         judge = cls(saved.get('C', 1.0))
-        judge.fit(saved['natural'], saved['samples'])
+        if 'fitted' in saved:
+            judge._restore(saved['fitted'])
+            judge.fitted_on = (saved['natural'], saved['samples'])
+        else:
+            judge.fit(saved['natural'], saved['samples'])
         tokenization = saved['tokenization']
         if tokenization.get('itos'):  # JSON's keys are strings: a char vocabulary's ids again
             tokenization['itos'] = {int(i): c for i, c in tokenization['itos'].items()}
         judge.tokenization = tokenization
         return judge
+
+    def _restore(self, fitted):
+        """The classifier as save wrote it: each vectorizer's terms in column order and idf, the regression's
+        weights (sklearn's own setters and attributes: the transform and predict_proba of the fitted pipeline)."""
+        self.classifier = tfidf_classifier(C=self.C)
+        for (_, vectorizer), part in zip(self.classifier[0].transformer_list, fitted['features']):
+            vectorizer.vocabulary_ = {term: i for i, term in enumerate(part['terms'])}
+            vectorizer.idf_ = np.array(part['idf'])
+        regression = self.classifier[-1]
+        regression.coef_ = np.array([fitted['coef']])
+        regression.intercept_ = np.array([fitted['intercept']])
+        regression.classes_ = np.array([0.0, 1.0])
+        regression.n_features_in_ = regression.coef_.shape[1]
 
 
 def reward_data_cmd(model_path, data_dir, out_dir, max_blocks, samples_per_chunk, seed, device, temperature=1.0,

@@ -1,4 +1,6 @@
 """What a judge is worth in nats (worth.py): the Donsker-Varadhan bound's known answers on tiny models and texts."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -219,8 +221,11 @@ def test_the_per_prompt_worth_of_an_exact_log_ratio_reads_the_kl_from_below():
     assert reads[4] < reads[64] < kl + 0.005 and reads[64] > kl - 0.01
 
 
-def test_an_ngram_judge_saved_is_the_same_judge_and_tilts_by_its_own_log_odds(tmp_path, char_ckpt, val_windows):
-    """judge.NgramJudge.save writes the texts it was fitted on; load refits on them: the same log-odds. As a tilt's
+def test_an_ngram_judge_saved_is_the_same_judge_and_tilts_by_its_own_log_odds(tmp_path, char_ckpt, val_windows,
+                                                                               monkeypatch):
+    """judge.NgramJudge.save writes the texts it was fitted on and its fitted features and regression; load restores
+    them without a refit: the same log-odds to the bit, on its texts and on texts it never saw (a file without them
+    is refit on its texts, the same judge again). As a tilt's
     source (tilt.TiltSource, a .json file) it scores a window by its log-odds of the completion's text, and best-of-K
     keeps the candidate it scores highest."""
     from judge import NgramJudge
@@ -237,8 +242,16 @@ def test_an_ngram_judge_saved_is_the_same_judge_and_tilts_by_its_own_log_odds(tm
     judge = NgramJudge()
     judge.fit(natural, written)
     judge.save(str(tmp_path / 'ngram.json'), ckpt['tokenization'])
-    again = NgramJudge.load(str(tmp_path / 'ngram.json'))
-    assert again.log_odds(natural + written) == pytest.approx(judge.log_odds(natural + written), abs=1e-12)
+    unseen = ['Zounds, quoth the xylophone!', 'and so the king is here', 'qqq zzz']
+    with monkeypatch.context() as m:
+        m.setattr(NgramJudge, 'fit', lambda *a: pytest.fail('load refit the judge'))
+        again = NgramJudge.load(str(tmp_path / 'ngram.json'))
+    assert np.array_equal(again.log_odds(natural + written + unseen), judge.log_odds(natural + written + unseen))
+    saved = json.load(open(tmp_path / 'ngram.json'))
+    del saved['fitted']
+    json.dump(saved, open(tmp_path / 'texts_only.json', 'w'))
+    refit = NgramJudge.load(str(tmp_path / 'texts_only.json'))
+    assert refit.log_odds(natural + unseen) == pytest.approx(judge.log_odds(natural + unseen), abs=1e-12)
     source = TiltSource(str(tmp_path / 'ngram.json'), model, ckpt, 1.0, 'cpu')
     assert source.kind == 'n-gram judge' and source.flops_per_window(24, 8) == 0
     assert source.scores(val_windows, 8) == pytest.approx(judge.log_odds(natural), abs=1e-12)
