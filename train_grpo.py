@@ -188,7 +188,8 @@ reward_shuffle = False
 nll_weight = 0.0
 # evaluation
 eval_interval = 20  # also how often the resume state is written
-resume = False  # continue an interrupted run from <out stem>_resume.pt when its settings and inputs match
+resume = False  # continue an interrupted run from <out stem>_resume.pt when its settings and inputs match;
+# a finished one (the same settings and inputs) is left as it is
 ppl_max_tokens = 100000  # val tokens for the perplexity (0: the whole split)
 num_log_samples = 2
 # the referee over the game: at each evaluation, the two-sample test's AUC (two_sample.py: it reads no model) of this
@@ -630,7 +631,8 @@ def save(run, step, stop_reason, **final):
                                  ppl_tokens=run.ppl_tokens, judge_warmup=run.warmup,
                                  referee_auc_start=run.referee_start,
                                  flops=run.flops_per_step * len(run.history) + run.judge_flops,
-                                 teacher_flops=teacher_flops(run) * len(run.history), **final))
+                                 teacher_flops=teacher_flops(run) * len(run.history), signature=run.signature,
+                                 **final))
     if C.judge_update_interval and not run.ngram:  # loadable wherever a reward model is
         last = run.history[-1]
         save_checkpoint(run.judge_path, run.reward_model, iter_num=step,
@@ -1158,6 +1160,26 @@ def finish(run, step, batch, s):
           + f"; saved {C.out_path}, log {run.log_path}, plot {run.plot_path}")
 
 
+def finished_here(run):
+    """Whether out_path holds this very run (the resume signature: settings and inputs), finished: --resume=True then
+    leaves it as it is and says so, where it would otherwise play it again over its checkpoint and log. A finished
+    run cannot be extended (its resume state went at its end): a larger max_steps is an error."""
+    C = run.C
+    if not os.path.isfile(C.out_path) or os.path.exists(run.state_path):
+        return False
+    metrics = load_checkpoint(C.out_path)['metrics']
+    if metrics.get('signature') != run.signature or 'final_val_ppl' not in metrics:
+        return False
+    steps = len(metrics['history'])
+    if steps < run.max_steps and metrics['stop_reason'] == 'max_steps':
+        raise UserError(f"{C.out_path} is this run, finished at {steps} steps; it cannot be extended to {run.max_steps} "
+                        "(its resume state went at its end): play the longer run to another --out_path")
+    if run.rt.master:
+        print(f"{C.out_path} is this run, finished ({steps} steps, {metrics['stop_reason']}): nothing to resume; "
+              "left as it is")
+    return True
+
+
 # -----------------------------------------------------------------------------
 
 def main(argv):
@@ -1167,6 +1189,9 @@ def main(argv):
     if C.prompts_per_step % rt.world_size:
         raise UserError(f"prompts_per_step {C.prompts_per_step} must divide by the {rt.world_size} ranks")
     run = setup(C, rt)
+    if C.resume and finished_here(run):
+        rt.close()
+        return
     first_step = start(run, load_resume_state(run.state_path, run.signature) if C.resume else None)
     bar = tqdm(total=run.max_steps, initial=first_step, desc='grpo', disable=not rt.master, dynamic_ncols=True,
                mininterval=2.0)

@@ -565,7 +565,7 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
     """A run killed right after its resume state was written (step 3 of 7) and restarted with --resume=True ends
     with the same policy, online judge and log as the run that was never stopped: policy, optimizer, reference,
     judge head, its optimizer and replay, and every generator's state come back. Settings or inputs that differ
-    are never resumed."""
+    are never resumed; a finished run is never played again by --resume=True."""
     import train_grpo
     d = judge_case
     args = [f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}', '--device=cpu',
@@ -597,11 +597,18 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
         assert same_weights(d / f'whole_{judge}_judge.pt', tmp_path / 'cut_judge.pt')
     steps = lambda p: [(x['step'], x['reward'], x['loss']) for x in map(json.loads, open(p))]  # noqa: E731
     assert steps(d / f'whole_{judge}_log.jsonl') == steps(tmp_path / 'cut_log.jsonl')
+    # a finished run resumed is left as it is (not played again over its checkpoint and log); it cannot be extended
+    before = [(tmp_path / f).read_bytes() for f in ('cut.pt', 'cut_log.jsonl')]
+    r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}')
+    assert r.returncode == 0 and 'finished (7 steps, max_steps): nothing to resume' in r.stdout, r.stderr[-2000:]
+    assert [(tmp_path / f).read_bytes() for f in ('cut.pt', 'cut_log.jsonl')] == before
+    r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}', '--max_steps=9')
+    assert r.returncode != 0 and 'cannot be extended to 9' in r.stderr and 'Traceback' not in r.stderr
     # a state written with other settings is not continued
     monkeypatch.setattr(train_grpo, 'save_resume_state', save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_grpo.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
-    r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}', '--learning_rate=1e-3')
+        train_grpo.main(args + [f'--out_path={tmp_path / "other.pt"}'])
+    r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "other.pt"}', '--learning_rate=1e-3')
     assert r.returncode == 0 and 'not resuming' in r.stdout and 'resumed at' not in r.stdout, r.stderr[-2000:]
 
 
