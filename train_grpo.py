@@ -1172,8 +1172,9 @@ def finished_here(run):
         return False
     steps = len(metrics['history'])
     if steps < run.max_steps and metrics['stop_reason'] == 'max_steps':
-        raise UserError(f"{C.out_path} is this run, finished at {steps} steps; it cannot be extended to {run.max_steps} "
-                        "(its resume state went at its end): play the longer run to another --out_path")
+        raise UserError(f"{C.out_path} is this run, finished at {steps} steps; it cannot be extended to "
+                        f"{run.max_steps} (its resume state went at its end): play the longer run to another "
+                        "--out_path")
     if run.rt.master:
         print(f"{C.out_path} is this run, finished ({steps} steps, {metrics['stop_reason']}): nothing to resume; "
               "left as it is")

@@ -87,17 +87,15 @@ def plot(points, path, title):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for n in sorted({q['windows'] for q in points}):
         qs = sorted((q for q in points if q['windows'] == n), key=lambda q: q['negatives'])
+        color = None  # the judge's next colour, then the same for its MLE control
         x = [q['windows'] * q['negatives'] for q in qs]
         for key, style, label in (('judge', 'o-', f'n-gram judge, {n:,} natural windows'),
                                   ('mle', 's--', f'MLE control at its FLOPs ({n:,})')):
             y = np.array([q[key]['per_prompt'] for q in qs])
             err = np.abs(np.array([q[key]['per_prompt_ci'] for q in qs]).T - y)
-            line = ax.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=label,
+            line = ax.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=label, color=color,
                                mfc='none' if key == 'mle' else None)
-            if key == 'judge':
-                color = line[0].get_color()
-            else:
-                line[0].set_color(color)
+            color = line[0].get_color()  # the MLE control's line, markers and bars in its judge's colour
     ax.set_xscale('log')
     ax.axhline(0, color='grey', lw=0.5)
     ax.set_xlabel("generated train windows the judge saw")

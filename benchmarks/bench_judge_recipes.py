@@ -157,8 +157,9 @@ def read_texts(base, val, n, negatives, seed, device):
 
 def row(name, score, texts, flops, seed, law=None):
     """A table row: the judge's FLOPs, sight, worth a window (pooled, and per prompt) and a written token, and its
-    next-token law; and its figures (dv_bound's, with per_prompt: dv_bound_per_prompt's, and auc). score: the judge's log-odds of windows; texts: (natural, samples of other prompts, (n, K, L)
-    samples of each natural window's own prompt)."""
+    next-token law; and its figures (dv_bound's, with per_prompt: dv_bound_per_prompt's, and auc). score: the
+    judge's log-odds of windows; texts: (natural, samples of other prompts, (n, K, L) samples of each natural
+    window's own prompt)."""
     natural, samples, group = texts
     f_natural, f_samples = score(natural), score(samples)
     f_group = score(group.reshape(-1, group.shape[-1])).reshape(group.shape[:2])
@@ -166,7 +167,8 @@ def row(name, score, texts, flops, seed, law=None):
     auc = sight_auc(1 / (1 + np.exp(-f_natural)), 1 / (1 + np.exp(-f_samples)))
     return (f"| {name} | {flops:.3g} | {auc:.3f} | {b['dv']:.2f} [{b['dv_ci'][0]:.2f}, {b['dv_ci'][1]:.2f}] "
             f"(×{b['dv_scale']:g}) | {g['dv']:.2f} [{g['dv_ci'][0]:.2f}, {g['dv_ci'][1]:.2f}] (×{g['dv_scale']:g}) | "
-            f"{b['dv'] / (natural.shape[1] - PROMPT_LEN):.4f} | " + (law or '–') + ' |'), dict(b, per_prompt=g, auc=auc)
+            f"{b['dv'] / (natural.shape[1] - PROMPT_LEN):.4f} | " + (law or '–') + ' |'), \
+        dict(b, per_prompt=g, auc=auc)
 
 
 def main():
