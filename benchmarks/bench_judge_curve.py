@@ -106,6 +106,29 @@ def plot(points, path, title):
     fig.savefig(path, dpi=120)
 
 
+def over_seeds(work, name, seeds):
+    """The points every seed's record holds (the same settings), read over the seeds: the judge's worth per prompt a
+    seed, and its margin over that seed's own MLE control, each with a t interval over the seeds (verdict.seed_effect:
+    every seed had its own windows, negatives, judge, read and control)."""
+    from verdict import seed_effect
+    records = [json.load(open(os.path.join(work, name.format(seed=s)))) for s in seeds]
+    print(f"| natural / generated train windows | judge's worth per prompt, seeds {' / '.join(map(str, seeds))} | "
+          f"over {len(seeds)} seeds [95%] | its sight a seed | MLE control's per prompt a seed | judge minus its "
+          f"seed's MLE control, over the seeds [95%] |\n|---|---|---|---|---|---|")
+    for q in records[0]:
+        point = [next((r for r in rec if (r['windows'], r['negatives']) == (q['windows'], q['negatives'])), None)
+                 for rec in records]
+        if None in point:
+            continue
+        judge, mle = ([r[k]['per_prompt'] for r in point] for k in ('judge', 'mle'))
+        sight = [r['judge']['auc'] for r in point]
+        mean, margin = (seed_effect(v, 0.0) for v in (judge, [a - b for a, b in zip(judge, mle)]))
+        print(f"| {q['windows']} / {q['windows'] * q['negatives']} | {' / '.join(f'{v:.2f}' for v in judge)} | "
+              f"{mean['effect']:.2f} [{mean['ci'][0]:.2f}, {mean['ci'][1]:.2f}] | "
+              f"{' / '.join(f'{v:.3f}' for v in sight)} | {' / '.join(f'{v:.2f}' for v in mle)} | "
+              f"{margin['effect']:+.2f} [{margin['ci'][0]:+.2f}, {margin['ci'][1]:+.2f}] |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
@@ -118,6 +141,8 @@ def main():
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')
     p.add_argument('--plot', default='', help="a PNG of the curve (worth per prompt against the negatives seen)")
+    p.add_argument('--over_seeds', default='', help="seeds whose records to read together (comma-separated): the "
+                   "points they all hold, over the seeds; nothing is computed")
     A = p.parse_args()
     windows, negatives = counts(A.windows, 'windows', p), counts(A.negatives, 'negatives', p)
     if min(negatives) < 1 or A.select_windows < 1 or A.num_samples < 2 or A.read_negatives < 1:
@@ -125,6 +150,13 @@ def main():
     t0 = time.time()
     cfg, base_path, work, data_dir, device = run_setting(A.run, A.device, p)
     K = max(negatives)
+    name = f'curve_s{{seed}}_neg{K}_select{A.select_windows}_read{A.num_samples}x{A.read_negatives}.json'
+    if A.over_seeds:
+        seeds = counts(A.over_seeds, 'over_seeds', p)
+        missing = [s for s in seeds if not os.path.exists(os.path.join(work, name.format(seed=s)))]
+        if missing:
+            p.error(f"no curve recorded for seed {missing[0]} with these settings: run them with --seed {missing[0]}")
+        return over_seeds(work, name, seeds)
     data = os.path.join(work, f'data_negatives{K}_allw_select{A.select_windows}_s{A.seed}')  # each seed its own
     timing = os.path.join(data, 'generation_seconds.json')
     if not os.path.isdir(data):
@@ -147,8 +179,7 @@ def main():
     texts = None  # sampled at the first point not yet recorded
     order = np.random.default_rng(A.seed).permutation(blocks)  # nested draws: 5,000 windows are 20,000's first
     held = split_texts(select, tok, np.arange(len(select.natural)), None)
-    record = os.path.join(work, f'curve_s{A.seed}_neg{K}_select{A.select_windows}_read{A.num_samples}x'
-                                f'{A.read_negatives}.json')
+    record = os.path.join(work, name.format(seed=A.seed))
     points = json.load(open(record)) if os.path.exists(record) else []  # a rerun reads the points it has
     lines = []
     for n in windows:

@@ -98,28 +98,35 @@ def effect(e):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--runs', required=True, help="comma-separated run folders, one a seed")
-    p.add_argument('--source', required=True, help="a better generator's checkpoint, or 'judge'")
+    p.add_argument('--source', required=True, help="a better generator's checkpoint, a judge's file, or 'judge'; "
+                   "comma-separated: one for each run or draw (each seed its own judge)")
     p.add_argument('--tilt_k', type=int, default=32)
     p.add_argument('--tilt_scale', type=float, default=1.0)
     p.add_argument('--tilt_windows', type=int, default=250)
     p.add_argument('--device', default='auto')
     p.add_argument('--draws', default='', help="draw seeds, comma-separated: one run read over draws of its own")
-    p.add_argument('--mle', default='', help="an MLE control of the base (its checkpoint), read on the same windows")
+    p.add_argument('--mle', default='', help="an MLE control of the base (its checkpoint), read on the same windows; "
+                   "comma-separated: one for each run or draw, as --source")
     p.add_argument('--out', default='')
     A = p.parse_args()
     t0, verdicts, rows, per_k = time.time(), [], [], []
     draws = [int(s) for s in A.draws.split(',')] if A.draws else [None]
-    for run, draw in [(run, draw) for run in A.runs.split(',') for draw in draws]:
+    reads = [(run, draw) for run in A.runs.split(',') for draw in draws]
+    sources, mles = (a.split(',') if a else [''] for a in (A.source, A.mle))
+    if {len(sources), len(mles)} - {1, len(reads)}:
+        p.error(f"--source and --mle take one path, or one for each of the {len(reads)} runs or draws")
+    for i, (run, draw) in enumerate(reads):
         cfg = load_json(os.path.join(run, 'config.json'))
         seed, dataset = draw or cfg['trainer_seed'] or cfg['seed'], resolve_data_dir(cfg['dataset'])
-        source = os.path.join(run, 'reward_model_v1.pt') if A.source == 'judge' else A.source
+        source, mle = (a[i % len(a)] for a in (sources, mles))
+        source = os.path.join(run, 'reward_model_v1.pt') if source == 'judge' else source
         tilt = tilt_point(run, source, A, seed, cfg['eval_num_samples'], dataset, f'_d{seed}' if draw else '')
         points = base_points(run, A, cfg, seed, dataset)
         controls = tilt_controls(points, os.path.join(run, 'base_model_v1.pt'), dataset, resolve_device(A.device),
                                  tilt, seed)
-        if A.mle:
+        if mle:
             controls['mle'] = dict(completion_window_cross_entropy=completion_cross_entropy(
-                A.mle, dataset, resolve_device(A.device), tilt['temperature'], tilt['num_samples'],
+                mle, dataset, resolve_device(A.device), tilt['temperature'], tilt['num_samples'],
                 tilt['sample_length'], seed))
         per_k.append(per_k_effects(tilt, controls))
         v = dict(verdicts=tilt_verdict(tilt, controls), draw_seed=seed, matched_temperature=controls['temperature']
@@ -134,11 +141,12 @@ def main():
                                  f"{effect(v['verdicts'][c]['c2st_effect'])}" for c in ('base', 'temperature')) + ' |')
     print(f"\ntilt of base v1 by {A.source} at K = {A.tilt_k}, scale {A.tilt_scale:g}\n"
           "| draw seed | tilt's perplexity, conservative / optimistic | ESS of K | two-sample AUC | matched T | "
-          "vs base: perplexity; two-sample | vs matched temperature: perplexity; two-sample |\n|---|---|---|---|---|---|---|")
+          "vs base: perplexity; two-sample | vs matched temperature: perplexity; two-sample |\n" + '|---' * 7 + '|')
     print('\n'.join(rows))
     over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature')}
     for c, m in over.items():
-        print(f"over {len(verdicts)} seeds vs {c}: perplexity " + (effect(m['perplexity_effect']) if m['perplexity_effect'] else '–')
+        print(f"over {len(verdicts)} seeds vs {c}: perplexity "
+              + (effect(m['perplexity_effect']) if m['perplexity_effect'] else '–')
               + "; two-sample " + (effect(m['c2st_effect']) if m['c2st_effect'] else '–'))
     val = np.memmap(os.path.join(dataset, 'val.bin'), dtype=np.uint16, mode='r')
     print(f"\nthe tilt's perplexity at each K, conservative (tilt.py), on "

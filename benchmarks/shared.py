@@ -25,10 +25,11 @@ def bench_model(model_path, mode='generator'):
     return GPT(GPTConfig(**DEFAULT_SHAPE, mode=mode)).eval()
 
 
-def mle_control(cfg, base, flops, out, seed):
+def mle_control(cfg, base, flops, out, seed, extra=()):
     """base trained further with next-token loss for at most `flops` by the cycle's rule (run_cycles.mle_args: the
     base's final learning rate held, its best checkpoint by the run's own selection split kept), with the training
-    options of the run whose config.json is cfg; trained once to out (written at the end) and reused."""
+    options of the run whose config.json is cfg, and `extra` train.py options (a distillation's --mix_dir); trained
+    once to out (written at the end) and reused."""
     from configurator import configure
     from data_loader import resolve_data_dir
     from run_cycles import DEFAULTS, base_train_args, mle_args
@@ -39,7 +40,8 @@ def mle_control(cfg, base, flops, out, seed):
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      'train.py'), f'--out_dir={work}']
-                       + base_train_args(C, resolve_data_dir(C.dataset)) + args, check=True, stdout=subprocess.DEVNULL)
+                       + base_train_args(C, resolve_data_dir(C.dataset)) + args + list(extra), check=True,
+                       stdout=subprocess.DEVNULL)
         shutil.move(os.path.join(work, 'ckpt.pt'), out)
         shutil.rmtree(work)
     return out

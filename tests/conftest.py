@@ -255,6 +255,13 @@ def judge_case(tmp_path_factory, char_ckpt, char_data, char_reward):
     return d
 
 
+def toy_run_config(char_data):
+    """The config.json of a run_cycles.py run at the tests' toy size (what the benchmarks read beside a base)."""
+    return dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
+                base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False,
+                seed=1)
+
+
 def positive_control_run(d, name, policy, *extra):
     """GRPO with a reward known to be right (train_grpo.py --reward); the blind judge still scores, as an
     instrument."""

@@ -288,6 +288,17 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
     table = r.stdout[r.stdout.index('at each K'):]
     assert [line.split(' | ')[0] for line in table.splitlines() if line.startswith('| ') and line[2].isdigit()] == \
         ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs mle |' in table
+    # one judge and MLE control a draw (each seed its own), read back from the same files: the same tables
+    mle = str(tilted / 'mle_tilt_v2.pt')
+    again = run_script(os.path.join(ROOT, 'benchmarks', 'bench_tilt.py'), '--runs', str(tilted), '--source',
+                       'judge,judge', '--tilt_k', '4', '--tilt_windows', '4', '--draws', '5,6', '--mle', f'{mle},{mle}',
+                       '--device', 'cpu')
+    def tables(out):
+        return out[out.index('| draw seed'):].splitlines()[:-1]  # the last line is the time
+    assert again.returncode == 0 and tables(again.stdout) == tables(r.stdout)
+    wrong = run_script(os.path.join(ROOT, 'benchmarks', 'bench_tilt.py'), '--runs', str(tilted), '--source',
+                       'judge,judge,judge', '--draws', '5,6')
+    assert wrong.returncode == 2 and 'one for each of the 2 runs or draws' in wrong.stderr
 
 
 def test_interrupted_rerun_never_pairs_artefacts_of_different_runs(cycle_run, char_data, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import positive_control_run, run_script, same_weights
+from conftest import positive_control_run, run_script, same_weights, toy_run_config
 from model import GPT, evaluate_perplexity, load_checkpoint
 from policy import token_logprobs
 from train_grpo import group_advantages, grpo_loss
@@ -198,13 +198,6 @@ def test_the_share_a_game_carries_is_read_in_the_judges_nats():
     assert effect == pytest.approx(0.01) and gain == pytest.approx(-np.log(0.99) * 120)
     effect, gain = seed_share(6.06, 6.0, 120)
     assert effect == pytest.approx(-0.01) and gain < 0
-
-
-def toy_run_config(char_data):
-    """The config.json of a run_cycles.py run at the tests' toy size (what the benchmarks read beside a base)."""
-    return dict(dataset=char_data, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, base_eval_iters=2,
-                base_learning_rate=3e-3, base_eval_interval=2, base_select_tokens=4000, device='cpu', compile=False,
-                seed=1)
 
 
 def bench_share_module():
@@ -672,5 +665,16 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
         [line for line in r.stdout.splitlines() if 'C = ' in line]
     assert os.path.getmtime(work / 'judge_ngram_curve_6w_1neg_s1337.json') == stamp
     assert (tmp_path / 'curve.png').stat().st_size > 0
+    # --over_seeds reads the seeds' records together, computing nothing: here one seed twice, so no spread
+    common = ['--run', str(run), '--windows', '6,0', '--negatives', '1,3', '--select_windows', '4', '--num_samples',
+              '12', '--read_negatives', '2']
+    r = run_script(script, *common, '--over_seeds', '1337,1337')
+    assert r.returncode == 0, r.stderr[-3000:]
+    point = json.loads(next(work.glob('curve_s1337_*.json')).read_text())[-1]
+    judge, mle = point['judge']['per_prompt'], point['mle']['per_prompt']
+    assert f"| {judge:.2f} / {judge:.2f} | {judge:.2f} [{judge:.2f}, {judge:.2f}] |" in r.stdout.splitlines()[-1]
+    assert r.stdout.splitlines()[-1].endswith(f"| {judge - mle:+.2f} [{judge - mle:+.2f}, {judge - mle:+.2f}] |")
+    r = run_script(script, *common, '--over_seeds', '1337,7')
+    assert r.returncode == 2 and 'no curve recorded for seed 7' in r.stderr and 'Traceback' not in r.stderr
     r = run_script(script, '--run', str(run), '--windows', '5000,x')
     assert r.returncode == 2 and '--windows takes comma-separated counts' in r.stderr and 'Traceback' not in r.stderr
