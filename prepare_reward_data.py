@@ -154,6 +154,30 @@ def write_split(out_dir, split, x, y, meta, block_offsets=None, natural=None):
         f.writelines(f"{k}: {v}\n" for k, v in meta.items())
 
 
+def write_subset(src, dst, picks):
+    """A reward dataset cut from another: picks is {split: (blocks, k)}, those blocks of src's split (indices into
+    its natural blocks) with the first k samples of each. Its metadata is src's with the counts, and the FLOPs of the
+    kept samples' generation, updated; written under dst.partial, then renamed into place."""
+    from reward_dataset_loader import RewardDataset
+    tmp = f"{dst.rstrip(os.sep)}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for split, (blocks, k) in picks.items():
+        ds = RewardDataset(src, split)
+        per, blocks = ds.samples_per_chunk, np.asarray(blocks, dtype=np.int64)
+        if not 1 <= k <= per:
+            raise ValueError(f"{src}'s {split} split holds {per} samples a block: k must be 1 to {per}, got {k}")
+        rows = (blocks[:, None] * per + np.arange(k)).reshape(-1)
+        meta = {key: v for key, v in ds.metadata.items() if key not in ('num_samples', 'block_size', 'x_shape',
+                                                                         'y_shape', 'x_dtype', 'y_dtype')}
+        offsets = np.fromfile(os.path.join(src, f'{split}_block_offsets.bin'), dtype=np.int64)[blocks]
+        meta.update(samples_per_chunk=k, num_blocks=len(blocks), subset_of=os.path.abspath(src),
+                    flops=int(meta['flops']) * len(rows) // ds.num_samples)
+        write_split(tmp, split, np.asarray(ds.x[rows]), np.asarray(ds.y[rows]), meta, offsets,
+                    np.asarray(ds.natural[blocks]))
+    replace_dir(tmp, dst)
+
+
 def main(argv):
     cfg = parse_args(argv)
     problems = cfg.validate()

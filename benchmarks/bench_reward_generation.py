@@ -6,6 +6,10 @@ n_embd=128) at N=256:
   3. a plain teacher-forced forward pass over the same finished sequences (the practical ceiling).
 
   python benchmarks/bench_reward_generation.py [--model_path CKPT] [--blocks 2048] [--samples_per_chunk 4]
+      [--crossover_k 0]
+
+--crossover_k 8 fixes every sample's prompt at 8 tokens, the judges' negatives' shape (bench_judge_curve.py: 16
+continuations of each window's 8-token prompt, --samples_per_chunk 16, with the plateau base as --model_path).
 """
 import argparse
 import os
@@ -40,6 +44,7 @@ def main():
     p.add_argument('--samples_per_chunk', type=int, default=4)
     p.add_argument('--batch_size', type=int, default=512)
     p.add_argument('--baseline_samples', type=int, default=6)
+    p.add_argument('--crossover_k', type=int, default=0, help="every sample's prompt length (0: K ~ U[1, N-1])")
     args = p.parse_args()
     rt = setup_runtime('cpu', seed=0)
     model = bench_model(args.model_path)
@@ -48,7 +53,8 @@ def main():
         tokens = np.memmap(args.data, dtype=np.uint16, mode='r')[:N * args.blocks]
     else:
         tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, N * args.blocks).astype(np.uint16)
-    blocks, _, K = make_crossovers(tokens, N, args.samples_per_chunk, None, np.random.default_rng(0))
+    blocks, _, K = make_crossovers(tokens, N, args.samples_per_chunk, None, np.random.default_rng(0),
+                                   args.crossover_k)
     n_gen = int((N - K).sum())
     print(f"model: {model.get_num_params() / 1e6:.2f}M params, N={N}, {K.size} samples, {n_gen:,} tokens to generate, "
           f"torch threads {torch.get_num_threads()}")

@@ -678,3 +678,57 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
     assert r.returncode == 2 and 'no curve recorded for seed 7' in r.stderr and 'Traceback' not in r.stderr
     r = run_script(script, '--run', str(run), '--windows', '5000,x')
     assert r.returncode == 2 and '--windows takes comma-separated counts' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_the_gpt_judge_curve_trains_each_point_on_its_cut(tmp_path, char_ckpt, char_data):
+    """bench_judge_curve.py --recipe window: each point's GPT judge trains on a reward dataset cut from the negatives'
+    (prepare_reward_data.write_subset: those blocks, the first k samples of each, its FLOPs the kept share), selects on
+    the select windows, is saved and read; its point's FLOPs are the n-gram point's (the same negatives) plus its own
+    training's, the MLE control is given them, and a rerun (one of fewer negatives too) reads the record without
+    sampling or training again."""
+    import json
+    import shutil
+    import numpy as np
+    from conftest import ROOT
+    from data_loader import file_sha256
+    from model import load_checkpoint
+    from prepare_reward_data import write_subset
+    from reward_dataset_loader import RewardDataset
+    run = tmp_path / 'run'
+    run.mkdir()
+    shutil.copy(char_ckpt, run / 'base_model_v1.pt')
+    (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
+    script = os.path.join(ROOT, 'benchmarks', 'bench_judge_curve.py')
+    common = ['--run', str(run), '--windows', '6', '--negatives', '1,3', '--select_windows', '4', '--num_samples', '12',
+              '--read_negatives', '2']
+    ngram = run_script(script, *common)
+    gpt = run_script(script, *common, '--recipe', 'window', '--epochs', '2')
+    assert ngram.returncode == 0 and gpt.returncode == 0, (ngram.stderr + gpt.stderr)[-3000:]
+    work = run / 'recipes' / f'base_{file_sha256(run / "base_model_v1.pt")[:12]}'
+    data = work / 'data_negatives3_allw_select4_s1337'
+    rows = [line.split(' | ') for line in gpt.stdout.splitlines() if 'best at step' in line]
+    assert [row[0].lstrip('| ').split(' (')[0] for row in rows] == ['6 / 6', '6 / 18']
+    ngram_flops = [float(line.split(' | ')[1]) for line in ngram.stdout.splitlines() if 'C = ' in line]
+    for k, row, negatives_flops in zip((1, 3), rows, ngram_flops):
+        ckpt = load_checkpoint(str(work / f'judge_window_curve_6w_{k}neg_s1337.pt'))
+        assert ckpt['flops'] > 0 and float(row[1]) == pytest.approx(negatives_flops + ckpt['flops'], rel=1e-3)
+        assert f"best at step {ckpt['iter_num']})" in row[0]
+    assert not list(work.glob('*_data')) and len(list(work.glob('curve_window_2ep_s1337_*.json'))) == 1
+    # a rerun reads its record without training again; one of fewer negatives reuses the larger count's sampling
+    stamp = os.path.getmtime(work / 'judge_window_curve_6w_1neg_s1337.pt')
+    again = run_script(script, *common[:4], '--negatives', '1', *common[6:], '--recipe', 'window', '--epochs', '2')
+    assert again.returncode == 0 and os.path.getmtime(work / 'judge_window_curve_6w_1neg_s1337.pt') == stamp
+    assert [line for line in again.stdout.splitlines() if 'best at step' in line] == \
+        [line for line in gpt.stdout.splitlines() if 'best at step' in line][:1]
+    assert [p.name for p in work.glob('data_*')] == [data.name]
+    # the cut itself: the chosen blocks, the first k samples of each, their share of the generation's FLOPs
+    src = RewardDataset(str(data), 'train')
+    write_subset(str(data), str(tmp_path / 'cut'), {'train': ([4, 1], 2), 'select': ([0], 3), 'val': ([0, 1], 1)})
+    cut = RewardDataset(str(tmp_path / 'cut'), 'train')
+    assert cut.samples_per_chunk == 2 and np.array_equal(cut.x, src.x[[12, 13, 3, 4]])
+    assert np.array_equal(cut.natural, src.natural[[4, 1]]) and np.array_equal(cut.y, src.y[[12, 13, 3, 4]])
+    assert int(cut.metadata['flops']) == int(src.metadata['flops']) * 4 // src.num_samples
+    assert RewardDataset(str(tmp_path / 'cut'), 'select').num_samples == 3
+    assert not (tmp_path / 'cut.partial').exists()
+    with pytest.raises(ValueError, match='k must be 1 to 3'):
+        write_subset(str(data), str(tmp_path / 'cut2'), {'train': ([0], 4)})

@@ -272,3 +272,16 @@ def test_val_blocks_leave_out_the_evaluation_windows(tmp_path, char_ckpt, char_d
     assert plain.returncode == 0
     assert np.array_equal(np.fromfile(tmp_path / 'rd' / 'train_block_offsets.bin', dtype=np.int64),
                           np.fromfile(tmp_path / 'plain' / 'train_block_offsets.bin', dtype=np.int64))
+
+
+def test_generation_benchmark_reads_the_negatives_shape(char_ckpt, char_data):
+    """benchmarks/bench_reward_generation.py --crossover_k 8: every sample is an 8-token prompt and its continuation,
+    the judges' negatives' shape, and the three paths are read side by side into the ratio the speed target names."""
+    from conftest import ROOT
+    n = GPT.from_checkpoint(char_ckpt).config.block_size
+    r = run_script(os.path.join(ROOT, 'benchmarks', 'bench_reward_generation.py'), '--model_path', char_ckpt,
+                   '--data', os.path.join(char_data, 'train.bin'), '--blocks', '6', '--samples_per_chunk', '3',
+                   '--crossover_k', '8', '--batch_size', '8', '--baseline_samples', '1')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"18 samples, {18 * (n - 8):,} tokens to generate" in r.stdout
+    assert 'generation tok/s / forward tok/s: ' in r.stdout
