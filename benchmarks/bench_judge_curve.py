@@ -238,7 +238,7 @@ def main():
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     texts = None  # sampled at the first point not yet recorded
     order = np.random.default_rng(A.seed).permutation(blocks)  # nested draws: 5,000 windows are 20,000's first
-    held = split_texts(select, tok, np.arange(len(select.natural)), None)
+    held = split_texts(select, tok, np.arange(len(select.natural)), None) if A.recipe == 'ngram' else None
     record = record_of(A.seed)
     points = json.load(open(record)) if os.path.exists(record) else []  # a rerun reads the points it has
     lines = []
