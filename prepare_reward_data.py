@@ -159,14 +159,17 @@ def write_subset(src, dst, picks):
     its natural blocks) with the first k samples of each. Its metadata is src's with the counts, and the FLOPs of the
     kept samples' generation, updated; written under dst.partial, then renamed into place."""
     from reward_dataset_loader import RewardDataset
+    splits = {split: RewardDataset(src, split) for split in picks}
+    for split, (_, k) in picks.items():  # checked before anything is written
+        per = splits[split].samples_per_chunk
+        if not 1 <= k <= per:
+            raise ValueError(f"{src}'s {split} split holds {per} samples a block: k must be 1 to {per}, got {k}")
     tmp = f"{dst.rstrip(os.sep)}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     for split, (blocks, k) in picks.items():
-        ds = RewardDataset(src, split)
+        ds = splits[split]
         per, blocks = ds.samples_per_chunk, np.asarray(blocks, dtype=np.int64)
-        if not 1 <= k <= per:
-            raise ValueError(f"{src}'s {split} split holds {per} samples a block: k must be 1 to {per}, got {k}")
         rows = (blocks[:, None] * per + np.arange(k)).reshape(-1)
         meta = {key: v for key, v in ds.metadata.items() if key not in ('num_samples', 'block_size', 'x_shape',
                                                                          'y_shape', 'x_dtype', 'y_dtype')}

@@ -85,7 +85,7 @@ def ngram_point(train, held, tok, rows, k, K, path, tokenization):
     return lambda w: judge.log_odds(completion_texts(tok, w)), f'C = {judge.C:g}', 0
 
 
-def window_point(data, base_path, rows, k, path, A, device):
+def window_point(data, select_blocks, base_path, rows, k, path, A, device):
     """The GPT whole-window judge of a point (bench_judge_recipes.py's 'window' recipe): trained on the rows'
     natural windows against their first k continuations, to its own stopping on the select split's windows against
     their first k (about 8 evaluations an epoch, patience 8, --epochs at most); its own val figures come from one
@@ -93,11 +93,11 @@ def window_point(data, base_path, rows, k, path, A, device):
     removed once its judge is saved; a rerun reads the judge. Returns (its log-odds, where it stopped, its FLOPs)."""
     if not os.path.exists(path):
         cut = path[:-3] + '_data'
-        select = RewardDataset(data, 'select')
-        write_subset(data, cut, {'train': (rows, k), 'select': (np.arange(len(select.natural)), k),
+        write_subset(data, cut, {'train': (rows, k), 'select': (np.arange(select_blocks), k),
                                  'val': (np.arange(len(RewardDataset(data, 'val').natural)), 1)})
+        steps_per_epoch = len(rows) * k // train_reward_model.batch_size
         options = RECIPES['window'][1] + [f'--max_epochs={A.epochs}', '--max_iters=1000000', '--patience=8',
-                                          f'--eval_interval={max(25, len(rows) * k // 64 // 8)}']
+                                          f'--eval_interval={max(25, steps_per_epoch // 8)}']
         partial = path[:-3] + '.partial.pt'  # the best checkpoint so far: a judge only once its training ends
         with contextlib.redirect_stdout(sys.stderr):
             train_reward_model.main(reward_model_cmd(base_path, cut, partial, A.seed, A.device, options)[1:])
@@ -256,7 +256,8 @@ def main():
                 score, chosen, judge_flops = ngram_point(train, held, tok, rows, k, K, judge_path + '.json',
                                                          tokenization)
             else:
-                score, chosen, judge_flops = window_point(data, base_path, rows, k, judge_path + '.pt', A, device)
+                score, chosen, judge_flops = window_point(data, len(select.natural), base_path, rows, k,
+                                                          judge_path + '.pt', A, device)
             fit_seconds = time.process_time() - t
             # the point's FLOPs: its share of the negatives' generation (train and select), and the judge's training
             # (a GPT judge's; the n-gram fit runs on CPU, its seconds given)
@@ -275,8 +276,7 @@ def main():
     print(f"\nthe {judge_name}'s worth against its data, on {A.run}'s base; {A.select_windows} held-out train windows "
           f"select every judge (its L2 strength, or its checkpoint); read on {A.num_samples} natural val windows "
           f"against as many base samples of other prompts (DV) and {A.read_negatives} of their own prompt (per "
-          "prompt), "
-          f"{train.block_size - PROMPT_LEN} tokens written a window")
+          f"prompt), {train.block_size - PROMPT_LEN} tokens written a window")
     if spent:
         print(f"negatives: {written:,} tokens sampled (train, val and select splits, {K} a window) in "
               f"{spent['seconds']:.0f} s on {spent['device']} ({spent['torch_threads']} threads), "

@@ -732,3 +732,4 @@ def test_the_gpt_judge_curve_trains_each_point_on_its_cut(tmp_path, char_ckpt, c
     assert not (tmp_path / 'cut.partial').exists()
     with pytest.raises(ValueError, match='k must be 1 to 3'):
         write_subset(str(data), str(tmp_path / 'cut2'), {'train': ([0], 4)})
+    assert not (tmp_path / 'cut2.partial').exists()  # a bad pick is refused before anything is written
