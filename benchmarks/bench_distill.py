@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import prepare_tilt_data  # noqa: E402
 from configurator import UserError, configure  # noqa: E402
-from data_loader import resolve_data_dir, write_atomic  # noqa: E402
+from data_loader import file_sha256, resolve_data_dir, write_atomic  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
@@ -127,7 +127,9 @@ def main():
     device = resolve_device(A.device)
     work = os.path.join(A.run, 'distill')
     os.makedirs(work, exist_ok=True)
-    tag = f'{os.path.splitext(os.path.basename(A.judge))[0]}_k{A.k}_a{A.scale:g}_w{A.windows}'
+    # the judge's name and bytes: two judges of one name (train.py's ckpt.pt) must not share a record
+    name = os.path.splitext(os.path.basename(A.judge))[0]
+    tag = f'{name}_{file_sha256(A.judge)[:8]}_k{A.k}_a{A.scale:g}_w{A.windows}'
     record_path = os.path.join(work, f'{tag}_e{A.epochs:g}_m{A.mix_fraction:g}_read{A.ppl_windows}.json')
     record = {}
     if os.path.exists(record_path):

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from conftest import ROOT, run_script, toy_run_config, train_tiny
+from data_loader import file_sha256
 
 
 def test_a_tilts_windows_are_learnt_on_their_generated_tokens_only():
@@ -83,7 +84,8 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     r = run_script(script, *args)
     assert r.returncode == 0, r.stderr[-3000:]
     work = run / 'distill'
-    record = json.loads(next(work.glob('ckpt_k16_a1_w64_e2_m0.5_read12.json')).read_text())
+    digest = file_sha256(char_ckpt)[:8]  # two judges named ckpt.pt get two records
+    record = json.loads((work / f'ckpt_{digest}_k16_a1_w64_e2_m0.5_read12.json').read_text())
     for seed in ('1', '2'):
         ce = {k: np.mean(v) for k, v in record[seed]['ce'].items()}
         assert ce['distilled'] < ce['judge_off'] and ce['tilt'] < ce['base'] and ce['distilled'] < ce['base']
