@@ -34,11 +34,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import prepare_tilt_data  # noqa: E402
 from configurator import UserError, configure  # noqa: E402
-from data_loader import file_sha256, resolve_data_dir, write_atomic  # noqa: E402
+from data_loader import resolve_data_dir, write_atomic  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import effect_text, mle_control  # noqa: E402
+from shared import effect_text, judge_tag, mle_control  # noqa: E402
 from tilt import TiltSource, completion_logprob, tilt_cross_entropy  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
@@ -127,9 +127,7 @@ def main():
     device = resolve_device(A.device)
     work = os.path.join(A.run, 'distill')
     os.makedirs(work, exist_ok=True)
-    # the judge's name and bytes: two judges of one name (train.py's ckpt.pt) must not share a record
-    name = os.path.splitext(os.path.basename(A.judge))[0]
-    tag = f'{name}_{file_sha256(A.judge)[:8]}_k{A.k}_a{A.scale:g}_w{A.windows}'
+    tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}'
     record_path = os.path.join(work, f'{tag}_e{A.epochs:g}_m{A.mix_fraction:g}_read{A.ppl_windows}.json')
     record = {}
     if os.path.exists(record_path):

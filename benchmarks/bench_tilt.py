@@ -30,6 +30,7 @@ import evaluate  # noqa: E402
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
 from run_cycles import completion_cross_entropy, load_json, tilt_controls  # noqa: E402
 from runtime import resolve_device  # noqa: E402
+from shared import judge_tag  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from verdict import PPL_MARGIN, label_text, method_verdict, perplexity_effect, seed_effect, tilt_verdict  # noqa: E402
 
@@ -46,8 +47,7 @@ def evaluate_base(run, path, A, seed, num_samples, dataset, extra):
 
 def tilt_point(run, source, A, seed, num_samples, dataset, draw=''):
     """The tilt of the run's base v1 by source, evaluated (or read back) with the run's draws (or draw's)."""
-    tag = 'judge' if source == os.path.join(run, 'reward_model_v1.pt') else \
-        os.path.splitext(os.path.basename(source))[0]
+    tag = 'judge' if source == os.path.join(run, 'reward_model_v1.pt') else judge_tag(source)
     path = os.path.join(run, f'tilt_{tag}_k{A.tilt_k}_a{A.tilt_scale:g}{draw}.json')
     return evaluate_base(run, path, A, seed, num_samples, dataset,
                          ['--tilt', source, '--tilt_k', str(A.tilt_k), '--tilt_scale', str(A.tilt_scale),

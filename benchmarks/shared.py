@@ -25,6 +25,13 @@ def bench_model(model_path, mode='generator'):
     return GPT(GPTConfig(**DEFAULT_SHAPE, mode=mode)).eval()
 
 
+def judge_tag(path):
+    """A judge's name in a record's file name: its file name and the first 8 hex digits of its bytes' sha256, so two
+    judges of one name (every train.py checkpoint is ckpt.pt) never share, and silently reuse, one record."""
+    from data_loader import file_sha256
+    return f"{os.path.splitext(os.path.basename(path))[0]}_{file_sha256(path)[:8]}"
+
+
 def mle_control(cfg, base, flops, out, seed, extra=()):
     """base trained further with next-token loss for at most `flops` by the cycle's rule (run_cycles.mle_args: the
     base's final learning rate held, its best checkpoint by the run's own selection split kept), with the training
