@@ -64,14 +64,21 @@ class TiltSource:
     """What tilts the generator: a reward model's log-odds, an n-gram judge's (its file, judge.NgramJudge.save:
     read on the completion's text), or a better generator's exact log-ratio to it."""
 
-    def __init__(self, path, generator, generator_ckpt, temperature, device):
+    @staticmethod
+    def kind_of(path):
+        """'n-gram judge' (a .json file), 'judge' (a reward model) or 'exact log-ratio' (a generator)."""
         if path.endswith('.json'):
+            return 'n-gram judge'
+        return 'judge' if load_checkpoint(path)['model_args'].get('mode') == 'reward' else 'exact log-ratio'
+
+    def __init__(self, path, generator, generator_ckpt, temperature, device):
+        self.kind = self.kind_of(path)
+        if self.kind == 'n-gram judge':
             self.model = NgramJudge.load(path)
-            self.kind, tokenization = 'n-gram judge', self.model.tokenization
+            tokenization = self.model.tokenization
         else:
             ckpt = load_checkpoint(path)
             self.model, tokenization = GPT.from_checkpoint(ckpt, device=device), ckpt['tokenization']
-            self.kind = 'judge' if ckpt['model_args'].get('mode') == 'reward' else 'exact log-ratio'
         TokenizationInfo.from_dict(generator_ckpt['tokenization']).check_compatible(
             TokenizationInfo.from_dict(tokenization), 'the generator', path)
         self.path, self.generator = path, generator

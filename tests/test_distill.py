@@ -70,7 +70,7 @@ def test_bad_tilt_inputs_are_one_line_errors(tmp_path, noise_gen, char_data):
 
 def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_seeds(tmp_path, noise_gen, char_ckpt,
                                                                                       char_data):
-    """bench_distill.py, the oracle through channel (b): each seed's tilt windows, its judge-off windows, the two arms
+    """bench_channels.py, the oracle through channel (b): each seed's tilt windows, its judge-off windows, the two arms
     trained as the MLE control is and the MLE control at the distilled arm's FLOPs; every model read on the seed's
     own val windows. The oracle's distilled arm beats its judge-off control and keeps part of its tilt's gain; a
     rerun reads its record (nothing retrained), and a missing judge is a one-line error."""
@@ -78,12 +78,12 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     run.mkdir()
     shutil.copy(noise_gen, run / 'base_model_v1.pt')
     (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
-    script = os.path.join(ROOT, 'benchmarks', 'bench_distill.py')
+    script = os.path.join(ROOT, 'benchmarks', 'bench_channels.py')
     args = ['--run', str(run), '--judge', char_ckpt, '--judge_flops', '1e9', '--k', '16', '--windows', '64',
             '--epochs', '2', '--seeds', '1,2', '--ppl_windows', '12', '--device', 'cpu']
     r = run_script(script, *args)
     assert r.returncode == 0, r.stderr[-3000:]
-    work = run / 'distill'
+    work = run / 'channels'
     digest = file_sha256(char_ckpt)[:8]  # two judges named ckpt.pt get two records
     record = json.loads((work / f'ckpt_{digest}_k16_a1_w64_e2_m0.5_read12.json').read_text())
     for seed in ('1', '2'):
@@ -102,3 +102,39 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     assert {p: p.stat().st_mtime for p in work.glob('*.pt')} == stamps
     r = run_script(script, '--run', str(run), '--judge', str(tmp_path / 'none.json'), '--judge_flops', '0')
     assert r.returncode == 2 and 'is no file' in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path, noise_gen, char_ckpt, char_data):
+    """Channels (a) and (c): train_grpo.py from the base with the oracle's exact log-ratio as the reward (an n-gram
+    judge scoring beside it), read as channel (b) is. Each game moves the generator towards the oracle (its val
+    windows' cross-entropy falls); its judge-off control is the base, and the MLE control is given the game's FLOPs.
+    An oracle played without an instrument is a one-line error."""
+    from judge import NgramJudge
+    from model import load_checkpoint
+    from tokenization_manager import TokenizationManager
+    run = tmp_path / 'run'
+    run.mkdir()
+    shutil.copy(noise_gen, run / 'base_model_v1.pt')
+    (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
+    tokenization = load_checkpoint(noise_gen)['tokenization']
+    text = TokenizationManager.from_info(tokenization).decode(np.fromfile(f'{char_data}/train.bin', np.uint16)[:4000])
+    judge = NgramJudge()
+    judge.fit([text[i:i + 24] for i in range(0, 2400, 24)], ['zq' * 12 for _ in range(100)])
+    judge.save(str(tmp_path / 'instrument.json'), tokenization)
+    script = os.path.join(ROOT, 'benchmarks', 'bench_channels.py')
+    common = ['--run', str(run), '--judge', char_ckpt, '--judge_flops', '1e9', '--k', '4', '--steps', '16',
+              '--game_lr', '3e-3', '--seeds', '1', '--ppl_windows', '12', '--device', 'cpu']
+    r = run_script(script, *common, '--channel', 'game')
+    assert r.returncode == 2 and '--instrument' in r.stderr and 'Traceback' not in r.stderr
+    for channel in ('game', 'dpg'):
+        r = run_script(script, *common, '--channel', channel, '--instrument', str(tmp_path / 'instrument.json'))
+        assert r.returncode == 0, r.stderr[-3000:]
+        digest = file_sha256(char_ckpt)[:8]
+        record = json.loads((run / 'channels' / f'ckpt_{digest}_{channel}_k4_a1_lr0.003_16steps_read12.json')
+                            .read_text())['1']
+        ce = {k: np.mean(v) for k, v in record['ce'].items()}
+        assert ce['distilled'] < ce['base'] == ce['judge_off'] and ce['tilt'] < ce['base']
+        assert record['iters'] == 16 and record['kept']['judge_off'] is None and record['flops'] > 1e9
+        played = load_checkpoint(str(run / 'channels' / f'ckpt_{digest}_{channel}_k4_a1_lr0.003_16steps_s1.pt'))
+        assert played['config']['objective'] == ('dpg' if channel == 'dpg' else 'grpo')
+        assert '| 1 |' in r.stdout and 'the base' in r.stdout

@@ -1,30 +1,41 @@
 """
-Channel (b) of docs/family_bound.md at a plateau: a judge's tilt distilled into the generator by next-token loss,
-read against its controls over trainer seeds. For each seed:
-  1. prepare_tilt_data.py: --windows prompts of the base's own training tokens, --k base continuations of each, one
-     kept ∝ e^{scale·f} (the tilt's windows); and the judge-off control's, one continuation a prompt unresampled;
-  2. train.py from the base on each (train.py --mix_dir: --mix_fraction of every batch those windows, the rest
-     natural train windows) for --epochs over the windows, at the base's final learning rate held, the best
+The channels of docs/family_bound.md at a plateau: a judge's tilt pi·e^{a·f} carried into the generator itself, read
+against its controls over trainer seeds. --channel picks how it is carried:
+  distill (b): prepare_tilt_data.py takes --windows prompts of the base's own training tokens and --k base
+     continuations of each, one kept ∝ e^{a·f} (the tilt's windows), and the judge-off control's, one continuation a
+     prompt unresampled; train.py from the base on each (--mix_dir: --mix_fraction of every batch those windows, the
+     rest natural train windows) for --epochs over the windows, at the base's final learning rate held, the best
      checkpoint on the run's selection split kept, as the MLE control keeps its own (run_cycles.mle_args);
-  3. the MLE control given the distilled arm's FLOPs: the judge's (--judge_flops), the tilt's sampling, the training;
-  4. every model read on the seed's own --ppl_windows val windows (two_sample.eval_windows): cross-entropy of the
+  game (a): train_grpo.py from the base for --steps, the tilt's game (the KL inside the reward, scale a: its fixed
+     point the tilt, reached as its reverse-KL projection);
+  dpg (c): train_grpo.py --objective=dpg for --steps (the forward KL's policy gradient, Korbak et al.'s baseline).
+  The games draw 8 prompts of the base's training tokens a step and --k continuations of each, the prompts as long as
+  the read's; their last policy is kept (no selection). Their judge-off control is the base itself: with f = 0 every
+  advantage is 0 and the trainer leaves the weights as they are (tests/test_grpo.py holds it to that).
+Then, for each seed:
+  1. the MLE control given the arm's FLOPs: the judge's (--judge_flops), the tilt's sampling or the game's, the
+     training;
+  2. every model read on the seed's own --ppl_windows val windows (two_sample.eval_windows): cross-entropy of the
      completion after the prompt, and the tilt's own (tilt.tilt_cross_entropy, conservative, at --k), so that the
-     gain retained = (CE_base - CE_distilled) / (CE_base - CE_tilt) is read on the same windows; and the matched
+     gain retained = (CE_base - CE_arm) / (CE_base - CE_tilt) is read on the same windows; and the matched
      temperature control, the base at the temperature whose sample entropy on the seed's other prompts is the
-     distilled arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep).
-The verdicts read perplexity over the seeds (verdict.seed_effect), each seed with its own windows, tilt data and
-controls. --judge takes what tilt.TiltSource reads: an n-gram judge's .json, a reward model, or a better generator
-(its exact log-ratio: the oracle, the positive control of the channel).
+     arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep).
+The verdicts read perplexity over the seeds (verdict.seed_effect), each seed with its own windows, tilt data or
+rollouts, and controls. --judge takes what tilt.TiltSource reads: an n-gram judge's .json, a reward model, or a
+better generator (its exact log-ratio: the oracle, the positive control of a channel; a game plays it as
+train_grpo.py --reward=teacher_ratio, with --instrument, a judge, scoring beside it as train_grpo.py asks).
 
-  python benchmarks/bench_distill.py --run runs/plateau_min2e-5 --judge JUDGE --judge_flops 1.145e14 [--k 8]
-      [--scale 1] [--windows 5000] [--epochs 2] [--mix_fraction 0.5] [--seeds 1338,2001,3001] [--ppl_windows 400]
+  python benchmarks/bench_channels.py --run runs/plateau_min2e-5 --judge JUDGE --judge_flops 1.145e14
+      [--channel distill] [--k 8] [--scale 1] [--windows 5000] [--epochs 2] [--mix_fraction 0.5] [--steps 600]
+      [--instrument JUDGE.json] [--seeds 1338,2001,3001] [--ppl_windows 400]
 
-Everything is written under RUN/distill/ (tilt windows, checkpoints, one record a setting) and reused by a rerun.
+Everything is written under RUN/channels/ (tilt windows, checkpoints, one record a setting) and reused by a rerun.
 """
 import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -55,8 +66,9 @@ def tilt_windows(A, base, judge, out, seed):
         return json.load(f)
 
 
-def seed_figures(A, cfg, base_path, work, tag, seed, device):
-    """One seed's arms trained (or read back) and read on its own val windows: per-window completion CE of each."""
+def distill_arms(A, cfg, base_path, work, tag, seed):
+    """Channel (b)'s arms (trained once, then reused): their paths, iterations, the MLE control's FLOPs and the
+    figures of the tilt's windows."""
     dirs = dict(distilled=os.path.join(work, f'{tag}_s{seed}'),
                 judge_off=os.path.join(work, f'off_w{A.windows}_s{seed}'))
     data = {arm: tilt_windows(A, base_path, A.judge if arm == 'distilled' else 'none', d, seed)
@@ -64,12 +76,49 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
     C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
     per_iter = flops_per_iteration(C, base_path)
     iters = math.ceil(A.epochs * A.windows / max(1, round(C.batch_size * A.mix_fraction)))
-    flops = A.judge_flops + data['distilled']['flops'] + iters * per_iter  # what the MLE control is given
     paths = {}
     for arm, d in dirs.items():  # each trained as the MLE control is, for `iters`, on its windows mixed in
-        out = f'{d}_e{A.epochs:g}_m{A.mix_fraction:g}.pt'
-        paths[arm] = mle_control(cfg, base_path, iters * per_iter, out, seed,
+        paths[arm] = mle_control(cfg, base_path, iters * per_iter, f'{d}_e{A.epochs:g}_m{A.mix_fraction:g}.pt', seed,
                                  [f'--mix_dir={d}', f'--mix_fraction={A.mix_fraction}'])
+    d = data['distilled']
+    return paths, iters, data['distilled']['flops'] + iters * per_iter, \
+        dict(f_kept=d['f_kept'], f_candidates=d['f_candidates'], ess=d['ess'])
+
+
+def game_options(A, base_path):
+    """train_grpo.py's options for channel (a) or (c): the judge frozen (or the oracle's exact log-ratio, --instrument
+    scoring beside it), the tilt's scale, 8 prompts a step of the read's prompt length, --k continuations of each."""
+    def frozen(judge):  # an n-gram judge's file or a reward model, played frozen
+        return (['--judge=ngram'] if judge.endswith('.json') else []) + [f'--reward_model_path={judge}']
+    kind = TiltSource.kind_of(A.judge)
+    judge = (frozen(A.instrument) + ['--reward=teacher_ratio', f'--teacher_path={A.judge}']
+             if kind == 'exact log-ratio' else frozen(A.judge) + ['--reward_form=log_odds'])
+    objective = (['--objective=dpg'] if A.channel == 'dpg' else
+                 ['--kl_in_reward=True', '--scale_rewards=none', '--loss_type=dr_grpo'])
+    return [f'--policy_path={base_path}', f'--device={A.device}', f'--max_steps={A.steps}', '--prompts_per_step=8',
+            f'--num_generations={A.k}', f'--min_prompt_len={PROMPT_LEN}', f'--max_prompt_len={PROMPT_LEN}',
+            f'--learning_rate={A.game_lr}', '--beta=0', f'--reward_scale={A.scale}',
+            f'--eval_interval={max(1, A.steps // 4)}', '--ppl_max_tokens=20000', *judge, *objective]
+
+
+def game_arms(A, cfg, base_path, work, tag, seed):
+    """Channel (a) or (c)'s arm (played once, then reused; its judge-off control is the base): as distill_arms."""
+    out = os.path.join(work, f'{tag}_s{seed}.pt')
+    if not os.path.exists(out):  # written at each evaluation: played under another name, resumed if cut short
+        partial = out[:-len('.pt')] + '_partial.pt'
+        subprocess.run([sys.executable, os.path.join(ROOT, 'train_grpo.py'), *game_options(A, base_path),
+                        f'--seed={seed}', f'--out_path={partial}', '--resume=True'], check=True,
+                       stdout=subprocess.DEVNULL)
+        os.replace(partial, out)
+    m = load_checkpoint(out)['metrics']
+    return dict(distilled=out, judge_off=base_path), len(m['history']), m['flops'] + m['teacher_flops'], {}
+
+
+def seed_figures(A, cfg, base_path, work, tag, seed, device):
+    """One seed's arms trained (or read back) and read on its own val windows: per-window completion CE of each."""
+    paths, iters, arm_flops, tilt_figures = (distill_arms if A.channel == 'distill' else game_arms)(
+        A, cfg, base_path, work, tag, seed)
+    flops = A.judge_flops + arm_flops  # what the MLE control is given
     paths['mle'] = mle_control(cfg, base_path, flops, os.path.join(work, f'mle_at_{flops:.4g}_flops_s{seed}.pt'), seed)
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     base_ckpt = load_checkpoint(base_path)
@@ -85,7 +134,7 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
         ckpt = load_checkpoint(paths[arm])
         models[arm] = GPT.from_checkpoint(ckpt, device=device)
         ce[arm] = -completion_logprob(models[arm], natural, PROMPT_LEN) / tokens
-        kept[arm] = [ckpt['iter_num'], ckpt.get('stopped_at', ckpt['iter_num'])]
+        kept[arm] = [ckpt['iter_num'], ckpt.get('stopped_at', ckpt['iter_num'])] if paths[arm] != base_path else None
 
     def sample_entropy(model, temperature):  # of the laws its continuations of the seed's other prompts came from
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -96,9 +145,7 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
     matched = sum(w * p['temperature'] for w, p in parts)  # the base at the distilled arm's sample entropy
     ce['matched'] = -completion_logprob(base, natural, PROMPT_LEN, matched) / tokens
     return dict(ce={k: v.tolist() for k, v in ce.items()}, kept=kept, iters=iters, flops=flops,
-                matched_temperature=matched, outside_sweep=outside,
-                f_kept=data['distilled']['f_kept'], f_candidates=data['distilled']['f_candidates'],
-                ess=data['distilled']['ess'])
+                matched_temperature=matched, outside_sweep=outside, **tilt_figures)
 
 
 def main():
@@ -106,11 +153,16 @@ def main():
     p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
     p.add_argument('--judge', required=True, help="an n-gram judge's .json, a reward model or a better generator")
     p.add_argument('--judge_flops', type=float, required=True, help="the judge's FLOPs (its data and training)")
+    p.add_argument('--channel', default='distill', choices=('distill', 'game', 'dpg'),
+                   help="(b) distill, (a) the tilt's game or (c) DPG")
     p.add_argument('--k', type=int, default=8, help="candidates a prompt, one kept")
     p.add_argument('--scale', type=float, default=1.0, help="a: the tilt pi·e^{a·f}")
     p.add_argument('--windows', type=int, default=5000, help="train prompts a seed, one tilt window each")
     p.add_argument('--epochs', type=float, default=2.0, help="passes over the tilt's windows")
     p.add_argument('--mix_fraction', type=float, default=0.5, help="rows of every batch from the tilt's windows")
+    p.add_argument('--steps', type=int, default=600, help="game, dpg: the trainer's steps")
+    p.add_argument('--game_lr', type=float, default=1e-5, help="game, dpg: the trainer's learning rate")
+    p.add_argument('--instrument', default='', help="game, dpg with an oracle: the judge that scores beside it")
     p.add_argument('--seeds', default='1338,2001,3001')
     p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows")
     p.add_argument('--temperatures', default='0.9,0.95,1,1.05,1.1', help="the base's sweep for the matched control")
@@ -122,20 +174,28 @@ def main():
         p.error(f"{A.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
     if not os.path.isfile(A.judge):
         p.error(f"--judge={A.judge} is no file: pass an n-gram judge's .json, a reward model or a better generator")
+    if A.channel != 'distill' and TiltSource.kind_of(A.judge) == 'exact log-ratio' and not os.path.isfile(A.instrument):
+        p.error(f"--channel={A.channel} plays an oracle as train_grpo.py --reward=teacher_ratio, beside a judge that "
+                f"scores as an instrument: pass --instrument=JUDGE (an n-gram judge's .json or a reward model)")
     with open(config_path) as f:
         cfg = json.load(f)
     device = resolve_device(A.device)
-    work = os.path.join(A.run, 'distill')
+    work = os.path.join(A.run, 'channels')
     os.makedirs(work, exist_ok=True)
-    tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}'
-    record_path = os.path.join(work, f'{tag}_e{A.epochs:g}_m{A.mix_fraction:g}_read{A.ppl_windows}.json')
+    if A.channel == 'distill':
+        tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}'
+        record_path = os.path.join(work, f'{tag}_e{A.epochs:g}_m{A.mix_fraction:g}_read{A.ppl_windows}.json')
+    else:
+        tag = f'{judge_tag(A.judge)}_{A.channel}_k{A.k}_a{A.scale:g}_lr{A.game_lr:g}_{A.steps}steps'
+        record_path = os.path.join(work, f'{tag}_read{A.ppl_windows}.json')
+    arm = dict(distill='distilled', game='game', dpg='DPG')[A.channel]
     record = {}
     if os.path.exists(record_path):
         with open(record_path) as f:
             record = json.load(f)
-    controls = ('base', 'matched', 'judge_off', 'mle')  # what the distilled arm is read against
-    print(f"| seed | ppl: base / tilt (K = {A.k}) / distilled / judge-off / MLE | T* | iterations kept / trained: "
-          f"distilled / judge-off / MLE | distilled vs base | vs matched T | vs judge-off | vs MLE | tilt vs base | "
+    controls = ('base', 'matched', 'judge_off', 'mle')  # what the arm is read against
+    print(f"| seed | ppl: base / tilt (K = {A.k}) / {arm} / judge-off / MLE | T* | iterations kept / trained: "
+          f"{arm} / judge-off / MLE | {arm} vs base | vs matched T | vs judge-off | vs MLE | tilt vs base | "
           f"gain retained |\n|{'---|' * 10}")
     effects, gains = {k: [] for k in (*controls, 'tilt')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
@@ -155,7 +215,7 @@ def main():
         gains.append([ce['base'].mean() - ce['distilled'].mean(), ce['base'].mean() - ce['tilt'].mean()])
         print(f"| {seed} | {' / '.join(f'{np.exp(ce[k].mean()):.4f}' for k in ('base', 'tilt', *ARMS))} | "
               f"{r['matched_temperature']:.3f}{' (outside the sweep)' if r['outside_sweep'] else ''} | "
-              f"{', '.join('{}/{}'.format(*r['kept'][a]) for a in ARMS)} | "
+              f"{', '.join('{}/{}'.format(*r['kept'][a]) if r['kept'][a] else 'the base' for a in ARMS)} | "
               + ' | '.join(effect_text(row[k]) for k in (*controls, 'tilt'))
               + f" | {gains[-1][0] / gains[-1][1]:+.0%} |")
     over = {k: seed_effect(v, PPL_MARGIN) for k, v in effects.items()}
