@@ -51,8 +51,8 @@ from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
 from shared import effect_text, judge_tag, mle_control  # noqa: E402
 from tilt import TiltSource, completion_logprob, tilt_cross_entropy  # noqa: E402
-from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
-from verdict import PPL_MARGIN, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
+from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
+from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
 
 ARMS = ('distilled', 'judge_off', 'mle')
 
@@ -120,6 +120,13 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
         A, cfg, base_path, work, tag, seed)
     flops = A.judge_flops + arm_flops  # what the MLE control is given
     paths['mle'] = mle_control(cfg, base_path, flops, os.path.join(work, f'mle_at_{flops:.4g}_flops_s{seed}.pt'), seed)
+    return dict(read_seed(A, cfg, paths, base_path, seed, device), iters=iters, flops=flops, **tilt_figures)
+
+
+def read_seed(A, cfg, paths, base_path, seed, device):
+    """Every model at paths, the base and its tilt read on the seed's val windows: each window's completion
+    cross-entropy; the matched temperature; the two-sample test of the arm's continuations of the seed's other
+    prompts against the natural windows, beside the base's, the matched temperature's and the MLE control's."""
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     base_ckpt = load_checkpoint(base_path)
     base = GPT.from_checkpoint(base_ckpt, device=device)
@@ -135,17 +142,22 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
         models[arm] = GPT.from_checkpoint(ckpt, device=device)
         ce[arm] = -completion_logprob(models[arm], natural, PROMPT_LEN) / tokens
         kept[arm] = [ckpt['iter_num'], ckpt.get('stopped_at', ckpt['iter_num'])] if paths[arm] != base_path else None
+    natural_texts = completion_texts(source.tokenizer, natural)
 
-    def sample_entropy(model, temperature):  # of the laws its continuations of the seed's other prompts came from
+    def point(model, temperature):  # its continuations of the seed's other prompts, and their laws' entropy
         gen = torch.Generator(device=device).manual_seed(seed)
-        out = model.generate(prompts[:, :PROMPT_LEN], tokens, temperature, generator=gen, entropy=True)
-        return float(out[1].mean())
-    sweep = [dict(temperature=t, sample_entropy=sample_entropy(base, t)) for t in A.temperatures]
-    _, parts, outside = sweep_parts(sweep, sample_entropy(models['distilled'], 1.0))
-    matched = sum(w * p['temperature'] for w, p in parts)  # the base at the distilled arm's sample entropy
+        samples, entropy = model.generate(prompts[:, :PROMPT_LEN], tokens, temperature, generator=gen, entropy=True)
+        return dict(temperature=temperature, sample_entropy=float(entropy.mean()), c2st_natural_texts=natural_texts,
+                    c2st_sample_texts=completion_texts(source.tokenizer, samples))
+    sweep = [point(base, t) for t in A.temperatures]
+    arm, mle = point(models['distilled'], 1.0), point(models['mle'], 1.0)
+    _, parts, outside = sweep_parts(sweep, arm['sample_entropy'])
+    matched = sum(w * p['temperature'] for w, p in parts)  # the base at the arm's sample entropy
     ce['matched'] = -completion_logprob(base, natural, PROMPT_LEN, matched) / tokens
-    return dict(ce={k: v.tolist() for k, v in ce.items()}, kept=kept, iters=iters, flops=flops,
-                matched_temperature=matched, outside_sweep=outside, **tilt_figures)
+    c2st = {name: c2st_effect(arm, control, seed) for name, control in
+            (('base', point(base, 1.0)), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
+    return dict(ce={k: v.tolist() for k, v in ce.items()}, kept=kept, matched_temperature=matched,
+                outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
 
 
 def main():
@@ -199,7 +211,9 @@ def main():
           f"gain retained |\n|{'---|' * 10}")
     effects, gains = {k: [] for k in (*controls, 'tilt')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
-        if record.get(str(seed), {}).get('temperatures') != A.temperatures:  # new, or read on another sweep
+        old = record.get(str(seed), {})
+        if old.get('temperatures') != A.temperatures or 'c2st' not in old:  # new, on another sweep, or read before
+            # the two-sample test was (the arms are reused: the seed is read again)
             try:
                 record[str(seed)] = dict(seed_figures(A, cfg, base_path, work, tag, seed, device),
                                          temperatures=A.temperatures)
@@ -225,6 +239,22 @@ def main():
           + f" | {g[0] / g[1]:+.0%} (of the mean gains) |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
           f"control's): {r['flops']:.3g}; record: {record_path}")
+    c2st_table(record, A.seeds, arm)
+
+
+def c2st_table(record, seeds, arm):
+    """The two-sample test over the seeds: the arm's AUC against natural val text (0.5: the referee cannot tell),
+    and its effect against each control (AUC(control) - AUC(arm): positive, the arm's text the closer)."""
+    seeds = seeds.split(',')
+    controls = ('base', 'matched', 'mle')
+    print(f"\n| seed | two-sample AUC of the {arm} arm | vs base | vs matched T | vs MLE |\n|{'---|' * 5}")
+    for seed in seeds:
+        c = record[seed]['c2st']
+        print(f"| {seed} | {c['base']['arm_auc']:.3f} | " + ' | '.join(effect_text(c[k], unit='auc') for k in controls)
+              + ' |')
+    over = {k: seed_effect([record[s]['c2st'][k] for s in seeds], AUC_MARGIN) for k in controls}
+    print(f"| **over {len(seeds)} seeds** | | " + ' | '.join(f"**{effect_text(over[k], unit='auc')}**" for k in controls)
+          + ' |')
 
 
 if __name__ == '__main__':

@@ -76,6 +76,9 @@ def window_ce(model, windows, temperature=1.0):
     return -completion_logprob(model, windows, 1, temperature) / (windows.shape[1] - 1)
 
 
-def effect_text(e):
-    """A labelled effect on perplexity as the tables print it: label, effect and its 95% interval in percent."""
+def effect_text(e, unit='%'):
+    """A labelled effect as the tables print it: label, effect and its 95% interval, in percent (perplexity) or, with
+    unit='auc', in AUC points."""
+    if unit == 'auc':
+        return f"{label_text(e)} {e['effect']:+.3f} [{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]"
     return f"{label_text(e)} {e['effect']:+.2%} [{e['ci'][0]:+.2%}, {e['ci'][1]:+.2%}]"

@@ -91,14 +91,19 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
         assert ce['distilled'] < ce['judge_off'] and ce['tilt'] < ce['base'] and ce['distilled'] < ce['base']
         assert record[seed]['iters'] == 32 and record[seed]['f_kept'] > record[seed]['f_candidates']
         assert 0.9 <= record[seed]['matched_temperature'] <= 1.1 and 'matched' in record[seed]['ce']
+        c2st = record[seed]['c2st']  # the two-sample test beside each control; the noise generator's text is far
+        assert set(c2st) == {'base', 'matched', 'mle'} and c2st['base']['arm_auc'] > 0.9 and 'label' in c2st['mle']
     rows = [line for line in r.stdout.splitlines() if line.startswith('| 1 |') or line.startswith('| 2 |')]
-    assert len(rows) == 2 and all(re.search(r'\| [+-]\d+% \|$', row) for row in rows)
+    assert len(rows) == 4 and all(re.search(r'\| [+-]\d+% \|$', row) for row in rows[:2])
+    assert 'two-sample AUC of the distilled arm' in r.stdout
     assert '**over 2 seeds**' in r.stdout and 'unresolved' in r.stdout  # 2 seeds make no claim on a method
     stamps = {p: p.stat().st_mtime for p in work.glob('*.pt')}
     assert len(stamps) == 6  # 2 seeds x (distilled, judge-off, MLE)
     again = run_script(script, *args)
-    table = [line for line in r.stdout.splitlines() if line.startswith('|') or line.startswith('gain retained')]
-    assert again.returncode == 0 and again.stdout.splitlines() == table
+    def table(out):
+        return [line for line in out.splitlines() if line.startswith('|') or line.startswith('gain retained')]
+    assert again.returncode == 0 and table(again.stdout) == table(r.stdout)
+    assert [line for line in again.stdout.splitlines() if line] == table(r.stdout)  # read back: nothing else ran
     assert {p: p.stat().st_mtime for p in work.glob('*.pt')} == stamps
     r = run_script(script, '--run', str(run), '--judge', str(tmp_path / 'none.json'), '--judge_flops', '0')
     assert r.returncode == 2 and 'is no file' in r.stderr and 'Traceback' not in r.stderr
