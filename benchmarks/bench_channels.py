@@ -80,9 +80,9 @@ def distill_arms(A, cfg, base_path, work, tag, seed):
     for arm, d in dirs.items():  # each trained as the MLE control is, for `iters`, on its windows mixed in
         paths[arm] = mle_control(cfg, base_path, iters * per_iter, f'{d}_e{A.epochs:g}_m{A.mix_fraction:g}.pt', seed,
                                  [f'--mix_dir={d}', f'--mix_fraction={A.mix_fraction}'])
-    d = data['distilled']
-    return paths, iters, data['distilled']['flops'] + iters * per_iter, \
-        dict(f_kept=d['f_kept'], f_candidates=d['f_candidates'], ess=d['ess'])
+    tilt = data['distilled']
+    return paths, iters, tilt['flops'] + iters * per_iter, \
+        dict(f_kept=tilt['f_kept'], f_candidates=tilt['f_candidates'], ess=tilt['ess'])
 
 
 def game_options(A, base_path):
@@ -154,8 +154,9 @@ def read_seed(A, cfg, paths, base_path, seed, device):
     _, parts, outside = sweep_parts(sweep, arm['sample_entropy'])
     matched = sum(w * p['temperature'] for w, p in parts)  # the base at the arm's sample entropy
     ce['matched'] = -completion_logprob(base, natural, PROMPT_LEN, matched) / tokens
+    at_one = next((p for p in sweep if p['temperature'] == 1.0), None) or point(base, 1.0)  # the sweep's T = 1
     c2st = {name: c2st_effect(arm, control, seed) for name, control in
-            (('base', point(base, 1.0)), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
+            (('base', at_one), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
     return dict(ce={k: v.tolist() for k, v in ce.items()}, kept=kept, matched_temperature=matched,
                 outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
 
@@ -212,8 +213,8 @@ def main():
     effects, gains = {k: [] for k in (*controls, 'tilt')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
         old = record.get(str(seed), {})
-        if old.get('temperatures') != A.temperatures or 'c2st' not in old:  # new, on another sweep, or read before
-            # the two-sample test was (the arms are reused: the seed is read again)
+        # new, read on another sweep, or before the two-sample test was read: (re)read, the arms reused
+        if old.get('temperatures') != A.temperatures or 'c2st' not in old:
             try:
                 record[str(seed)] = dict(seed_figures(A, cfg, base_path, work, tag, seed, device),
                                          temperatures=A.temperatures)
@@ -253,8 +254,8 @@ def c2st_table(record, seeds, arm):
         print(f"| {seed} | {c['base']['arm_auc']:.3f} | " + ' | '.join(effect_text(c[k], unit='auc') for k in controls)
               + ' |')
     over = {k: seed_effect([record[s]['c2st'][k] for s in seeds], AUC_MARGIN) for k in controls}
-    print(f"| **over {len(seeds)} seeds** | | " + ' | '.join(f"**{effect_text(over[k], unit='auc')}**" for k in controls)
-          + ' |')
+    print(f"| **over {len(seeds)} seeds** | | "
+          + ' | '.join(f"**{effect_text(over[k], unit='auc')}**" for k in controls) + ' |')
 
 
 if __name__ == '__main__':
