@@ -65,20 +65,23 @@ class TiltSource:
     read on the completion's text), or a better generator's exact log-ratio to it."""
 
     @staticmethod
-    def kind_of(path):
-        """'n-gram judge' (a .json file), 'judge' (a reward model) or 'exact log-ratio' (a generator)."""
+    def kind_of(path, ckpt=None):
+        """'n-gram judge' (a .json file), 'judge' (a reward model) or 'exact log-ratio' (a generator); ckpt: the
+        checkpoint at path, if it is already loaded."""
         if path.endswith('.json'):
             return 'n-gram judge'
-        return 'judge' if load_checkpoint(path)['model_args'].get('mode') == 'reward' else 'exact log-ratio'
+        ckpt = ckpt or load_checkpoint(path)
+        return 'judge' if ckpt['model_args'].get('mode') == 'reward' else 'exact log-ratio'
 
     def __init__(self, path, generator, generator_ckpt, temperature, device):
-        self.kind = self.kind_of(path)
-        if self.kind == 'n-gram judge':
+        if path.endswith('.json'):
             self.model = NgramJudge.load(path)
             tokenization = self.model.tokenization
+            self.kind = self.kind_of(path)
         else:
             ckpt = load_checkpoint(path)
             self.model, tokenization = GPT.from_checkpoint(ckpt, device=device), ckpt['tokenization']
+            self.kind = self.kind_of(path, ckpt)
         TokenizationInfo.from_dict(generator_ckpt['tokenization']).check_compatible(
             TokenizationInfo.from_dict(tokenization), 'the generator', path)
         self.path, self.generator = path, generator
