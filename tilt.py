@@ -123,6 +123,25 @@ def candidates(model, prompts, length, K, temperature, top_k, generator):
     return torch.cat(outs), torch.cat(ents)
 
 
+def scored_candidates(model, source, prompts, length, K, temperature, top_k, generator):
+    """K candidates of each prompt (n, P) as candidates() draws them, their f (n, K) and the model FLOPs of drawing
+    and scoring them."""
+    n, P = prompts.shape
+    cand, ent = candidates(model, prompts, length, K, temperature, top_k, generator)
+    f = source.scores(cand.view(n * K, length), P).reshape(n, K)
+    flops = n * K * ((length - P) * model.flops_per_token() + source.flops_per_window(length, P))
+    return cand, ent, f, int(flops)
+
+
+def tilt_weights(f, scale):
+    """Each candidate's importance weight under the tilt, self-normalised over its prompt's K: w = K·e^{a·f} / sum
+    e^{a·f} (n, K), mean 1 a prompt. Weighting a loss on pi's samples by w - 1 reads the tilt's expectation less
+    pi's, so the term has mean zero where the judge is flat (f = const)."""
+    a = scale * np.asarray(f, dtype=np.float64)
+    a -= a.max(1, keepdims=True)
+    return f.shape[1] * np.exp(a) / np.exp(a).sum(1, keepdims=True)
+
+
 def sample_tilt(model, source, prompts, length, K, scale, temperature, top_k, generator, rng, best=False):
     """
     The tilt sampled by resampling: for each prompt (n, P), K candidates from the generator, one kept ∝ e^{scale·f}
@@ -131,14 +150,12 @@ def sample_tilt(model, source, prompts, length, K, scale, temperature, top_k, ge
     kept and over all candidates, and the sampling's model FLOPs (the candidates and their scoring).
     """
     n, P = prompts.shape
-    cand, ent = candidates(model, prompts, length, K, temperature, top_k, generator)
-    f = source.scores(cand.view(n * K, length), P).reshape(n, K)
+    cand, ent, f, flops = scored_candidates(model, source, prompts, length, K, temperature, top_k, generator)
     kept = torch.from_numpy(tilt_choice(f, scale, best, rng)).to(cand.device)
     rows = torch.arange(n, device=cand.device)
-    flops = n * K * ((length - P) * model.flops_per_token() + source.flops_per_window(length, P))
     figures = dict(tilt_ess=float(np.mean([effective_sample_size(scale * r) for r in f])),
                    tilt_f_kept=float(f[np.arange(n), kept.cpu().numpy()].mean()), tilt_f_candidates=float(f.mean()),
-                   tilt_sampling_flops=int(flops))
+                   tilt_sampling_flops=flops)
     return cand[rows, kept], ent[rows, kept], figures
 
 

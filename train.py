@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
@@ -71,7 +72,8 @@ select_tokens = 0
 # noise (0.02-0.04 between evaluations at 20 batches) is as large as a plateau's slope
 select_pass = False
 # a forward-KL distillation of a tilt (prepare_tilt_data.py's folder; docs/family_bound.md): mix_fraction of every
-# train batch's rows are its windows, the loss read on their generated tokens only, the rest natural train windows
+# train batch's rows are its windows, the loss read on their generated tokens only, the rest natural train windows;
+# windows made with --keep=all carry a weight each (w - 1), which multiplies that row's loss
 mix_dir = ''
 mix_fraction = 0.5
 # held-out perplexity over the whole val split (or its first ppl_max_tokens tokens)
@@ -154,19 +156,33 @@ def load_mix(C, tokenizer):
     if not 0 < C.mix_fraction <= 1:
         raise UserError(f"--mix_fraction must lie in (0, 1], got {C.mix_fraction}")
     windows = np.fromfile(os.path.join(C.mix_dir, 'windows.bin'), dtype=np.uint16).reshape(-1, meta['length'])
-    return dict(meta, windows=torch.from_numpy(windows.astype(np.int64)))
+    weights_path = os.path.join(C.mix_dir, 'weights.bin')
+    weights = torch.from_numpy(np.fromfile(weights_path, dtype=np.float32)) if os.path.isfile(weights_path) else None
+    if weights is not None and len(weights) != len(windows):
+        raise UserError(f"{C.mix_dir} holds {len(weights)} weights for {len(windows)} windows: make it again with "
+                        f"prepare_tilt_data.py")
+    return dict(meta, windows=torch.from_numpy(windows.astype(np.int64)), weights=weights)
 
 
 def mix_rows(mix, rows, block_size):
     """Inputs and targets (len(rows), block_size) of the tilt's windows: next-token targets on the generated tokens
-    only (the natural prompt's are -1, read by no loss), padded to the block with targets -1."""
+    only (the natural prompt's are -1, read by no loss), padded to the block with targets -1; and their weights
+    (None unless the windows carry them)."""
     w = mix['windows'][rows]
     L = w.size(1)
     x = torch.zeros(len(rows), block_size, dtype=torch.long)
     y = torch.full((len(rows), block_size), -1, dtype=torch.long)
     x[:, :L - 1], y[:, :L - 1] = w[:, :-1], w[:, 1:]
     y[:, :mix['prompt_len'] - 1] = -1
-    return x, y
+    return x, y, None if mix['weights'] is None else mix['weights'][rows]
+
+
+def weighted_loss(model, x, y, w):
+    """The next-token loss with each row's tokens weighted by w (B,), over the batch's target count: w = 1 is the
+    plain loss."""
+    logits, _ = model(x, all_logits=True)
+    nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1, reduction='none')
+    return (nll.view_as(y) * w[:, None]).sum() / (y != -1).sum()
 
 
 def main(argv):
@@ -214,13 +230,14 @@ def main(argv):
         ix = torch.randint(len(data) - C.block_size, (C.batch_size - n_mix,)).numpy()
         # one gather for the whole batch (nanoGPT stacks 2 x batch_size slices: 0.3 ms against 0.12 ms a batch)
         windows = torch.from_numpy(data[ix[:, None] + np.arange(C.block_size + 1)].astype(np.int64))
-        x, y = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+        x, y, w = windows[:, :-1].contiguous(), windows[:, 1:].contiguous(), None
         if n_mix:
-            x_mix, y_mix = mix_rows(mix, torch.randint(len(mix['windows']), (n_mix,)), C.block_size)
+            x_mix, y_mix, w_mix = mix_rows(mix, torch.randint(len(mix['windows']), (n_mix,)), C.block_size)
             x, y = torch.cat([x_mix, x]), torch.cat([y_mix, y])
+            w = None if w_mix is None else torch.cat([w_mix, torch.ones(len(ix))]).to(rt.device)
         if rt.device_type == 'cuda':
-            return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
-        return x.to(rt.device), y.to(rt.device)
+            x, y = x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
+        return x.to(rt.device), y.to(rt.device), w
 
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
     model, ckpt = init_model(C, tokenizer, data_dir)
@@ -258,7 +275,7 @@ def main(argv):
                 continue
             losses = torch.zeros(C.eval_iters)
             for k in range(C.eval_iters):
-                X, Y = get_batch(split)
+                X, Y, _ = get_batch(split)  # weighted windows read unweighted: a report, not a gradient
                 with rt.ctx:
                     _, loss = model(X, Y)
                 losses[k] = loss.item()
@@ -287,7 +304,7 @@ def main(argv):
         rt.close()
         return
 
-    X, Y = get_batch('train')
+    X, Y, W = get_batch('train')
     t_start = t0 = time.time()
     start_iter, stop_reason, last = iter_num, 'max_iters', {}
     bar = tqdm(total=C.max_iters, initial=iter_num, disable=not rt.master, desc='train', dynamic_ncols=True,
@@ -326,9 +343,9 @@ def main(argv):
             if rt.ddp:
                 model.require_backward_grad_sync = (micro_step == grad_accum - 1)
             with rt.ctx:
-                _, loss = model(X, Y)
+                loss = model(X, Y)[1] if W is None else weighted_loss(model, X, Y, W)
                 loss = loss / grad_accum
-            X, Y = get_batch('train')  # prefetch while the backward runs (on CUDA)
+            X, Y, W = get_batch('train')  # prefetch while the backward runs (on CUDA)
             scaler.scale(loss).backward()
         if C.grad_clip != 0.0:
             scaler.unscale_(optimizer)

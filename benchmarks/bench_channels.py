@@ -6,6 +6,8 @@ against its controls over trainer seeds. --channel picks how it is carried:
      prompt unresampled; train.py from the base on each (--mix_dir: --mix_fraction of every batch those windows, the
      rest natural train windows) for --epochs over the windows, at the base's final learning rate held, the best
      checkpoint on the run's selection split kept, as the MLE control keeps its own (run_cycles.mle_args);
+     --keep=all keeps every candidate instead, each window's loss weighted w - 1 (the anchor that subtracts the same
+     loss on the base's unresampled continuations; its judge-off control's weights are all 0);
   game (a): train_grpo.py from the base for --steps, the tilt's game (the KL inside the reward, scale a: its fixed
      point the tilt, reached as its reverse-KL projection);
   dpg (c): train_grpo.py --objective=dpg for --steps (the forward KL's policy gradient, Korbak et al.'s baseline).
@@ -26,7 +28,8 @@ better generator (its exact log-ratio: the oracle, the positive control of a cha
 train_grpo.py --reward=teacher_ratio, with --instrument, a judge, scoring beside it as train_grpo.py asks).
 
   python benchmarks/bench_channels.py --run runs/plateau_min2e-5 --judge JUDGE --judge_flops 1.145e14
-      [--channel distill] [--k 8] [--scale 1] [--windows 5000] [--epochs 2] [--mix_fraction 0.5] [--steps 600]
+      [--channel distill] [--k 8] [--scale 1] [--windows 5000] [--epochs 2] [--mix_fraction 0.5] [--keep one]
+      [--steps 600]
       [--instrument JUDGE.json] [--seeds 1338,2001,3001] [--ppl_windows 400]
 
 Everything is written under RUN/channels/ (tilt windows, checkpoints, one record a setting) and reused by a rerun.
@@ -55,13 +58,15 @@ from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
 from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
 
 ARMS = ('distilled', 'judge_off', 'mle')
+KEEP_TAG = dict(one='', all='_all')  # one kept a prompt (the first records' names), or all, weighted w - 1
 
 
 def tilt_windows(A, base, judge, out, seed):
     """prepare_tilt_data.py's folder (made once, then reused): its meta."""
     if not os.path.exists(os.path.join(out, 'meta.json')):
         prepare_tilt_data.main([f'--model_path={base}', f'--judge={judge}', f'--scale={A.scale}', f'--k={A.k}',
-                                f'--windows={A.windows}', f'--out_dir={out}', f'--device={A.device}', f'--seed={seed}'])
+                                f'--windows={A.windows}', f'--out_dir={out}', f'--device={A.device}', f'--seed={seed}',
+                                f'--keep={A.keep}'])
     with open(os.path.join(out, 'meta.json')) as f:
         return json.load(f)
 
@@ -70,7 +75,7 @@ def distill_arms(A, cfg, base_path, work, tag, seed):
     """Channel (b)'s arms (trained once, then reused): their paths, iterations, the MLE control's FLOPs and the
     figures of the tilt's windows."""
     dirs = dict(distilled=os.path.join(work, f'{tag}_s{seed}'),
-                judge_off=os.path.join(work, f'off_w{A.windows}_s{seed}'))
+                judge_off=os.path.join(work, f'off_w{A.windows}{KEEP_TAG[A.keep]}_s{seed}'))
     data = {arm: tilt_windows(A, base_path, A.judge if arm == 'distilled' else 'none', d, seed)
             for arm, d in dirs.items()}
     C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
@@ -173,6 +178,8 @@ def main():
     p.add_argument('--windows', type=int, default=5000, help="train prompts a seed, one tilt window each")
     p.add_argument('--epochs', type=float, default=2.0, help="passes over the tilt's windows")
     p.add_argument('--mix_fraction', type=float, default=0.5, help="rows of every batch from the tilt's windows")
+    p.add_argument('--keep', default='one', choices=tuple(KEEP_TAG),
+                   help="distill: one candidate a prompt kept ∝ e^{a·f}, or all, weighted w - 1")
     p.add_argument('--steps', type=int, default=600, help="game, dpg: the trainer's steps")
     p.add_argument('--game_lr', type=float, default=1e-5, help="game, dpg: the trainer's learning rate")
     p.add_argument('--instrument', default='', help="game, dpg with an oracle: the judge that scores beside it")
@@ -196,7 +203,7 @@ def main():
     work = os.path.join(A.run, 'channels')
     os.makedirs(work, exist_ok=True)
     if A.channel == 'distill':
-        tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}'
+        tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}{KEEP_TAG[A.keep]}'
         record_path = os.path.join(work, f'{tag}_e{A.epochs:g}_m{A.mix_fraction:g}_read{A.ppl_windows}.json')
     else:
         tag = f'{judge_tag(A.judge)}_{A.channel}_k{A.k}_a{A.scale:g}_lr{A.game_lr:g}_{A.steps}steps'

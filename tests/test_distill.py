@@ -16,10 +16,39 @@ def test_a_tilts_windows_are_learnt_on_their_generated_tokens_only():
     """mix_rows: inputs and next-token targets of each window, the prompt's targets and the padding to the block -1
     (no loss reads them)."""
     from train import mix_rows
-    mix = dict(windows=torch.arange(20).view(2, 10), prompt_len=4)
-    x, y = mix_rows(mix, torch.tensor([1]), 12)
+    mix = dict(windows=torch.arange(20).view(2, 10), prompt_len=4, weights=None)
+    x, y, w = mix_rows(mix, torch.tensor([1]), 12)
     assert x.tolist() == [[10, 11, 12, 13, 14, 15, 16, 17, 18, 0, 0, 0]]
-    assert y.tolist() == [[-1, -1, -1, 14, 15, 16, 17, 18, 19, -1, -1, -1]]
+    assert y.tolist() == [[-1, -1, -1, 14, 15, 16, 17, 18, 19, -1, -1, -1]] and w is None
+    assert mix_rows(dict(mix, weights=torch.tensor([0.5, -2.0])), torch.tensor([1, 0]), 12)[2].tolist() == [-2, 0.5]
+
+
+def test_the_weighted_loss_is_the_plain_loss_at_weight_one_and_weighs_each_row(noise_gen):
+    """train.weighted_loss: w = 1 gives model(x, y)'s loss; a row's weight multiplies its tokens' share (over the
+    batch's target count, so that the w - 1 windows' zero-sum weights add no scale of their own)."""
+    from model import GPT, load_checkpoint
+    from train import weighted_loss
+    model = GPT.from_checkpoint(load_checkpoint(noise_gen))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(model.config.vocab_size, (3, 16), generator=g)
+    y = torch.randint(model.config.vocab_size, (3, 16), generator=g)
+    y[0, :5] = -1
+    plain = model(x, y)[1]
+    assert torch.allclose(weighted_loss(model, x, y, torch.ones(3)), plain, atol=1e-6)
+    per_row = [model(x[i:i + 1], y[i:i + 1])[1] * (y[i] != -1).sum() for i in range(3)]
+    w = torch.tensor([0.0, 2.0, -1.0])
+    expected = (2 * per_row[1] - per_row[2]) / (y != -1).sum()
+    assert torch.allclose(weighted_loss(model, x, y, w), expected, atol=1e-5)
+
+
+def test_tilt_weights_are_self_normalised_importance_weights():
+    """tilt.tilt_weights: mean 1 over each prompt's K, ∝ e^{a·f}; a flat judge (or a = 0) weighs every candidate 1,
+    so w - 1 is 0: the anchor's judge-off control. Large f does not overflow."""
+    from tilt import tilt_weights
+    f = np.array([[0.0, np.log(3.0)], [5.0, 5.0], [1000.0, 0.0]])
+    w = tilt_weights(f, 1.0)
+    assert np.allclose(w.mean(1), 1) and np.allclose(w[0], [0.5, 1.5]) and np.allclose(w[1], 1)
+    assert np.allclose(w[2], [2, 0]) and np.allclose(tilt_weights(f, 0.0), 1)
 
 
 def test_distilling_an_oracles_tilt_moves_the_generator_towards_it_and_its_judge_off_control_does_not(
@@ -107,6 +136,12 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     assert {p: p.stat().st_mtime for p in work.glob('*.pt')} == stamps
     r = run_script(script, '--run', str(run), '--judge', str(tmp_path / 'none.json'), '--judge_flops', '0')
     assert r.returncode == 2 and 'is no file' in r.stderr and 'Traceback' not in r.stderr
+    # the w - 1 anchor through the same bench: its own windows (every candidate, weighted) and record
+    r = run_script(script, *args[:-6], '--seeds', '1', '--ppl_windows', '12', '--device', 'cpu', '--keep', 'all')
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (work / f'ckpt_{digest}_k16_a1_w64_all_e2_m0.5_read12.json').exists()
+    assert json.loads((work / 'off_w64_all_s1' / 'meta.json').read_text())['keep'] == 'all'
+    assert json.loads((work / f'ckpt_{digest}_k16_a1_w64_all_s1' / 'meta.json').read_text())['rows'] == 64 * 16
 
 
 def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path, noise_gen, char_ckpt, char_data):
@@ -143,3 +178,33 @@ def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path
         played = load_checkpoint(str(run / 'channels' / f'ckpt_{digest}_{channel}_k4_a1_lr0.003_16steps_s1.pt'))
         assert played['config']['objective'] == ('dpg' if channel == 'dpg' else 'grpo')
         assert '| 1 |' in r.stdout and 'the base' in r.stdout
+
+
+def test_the_w_minus_1_anchor_keeps_every_candidate_and_moves_the_generator_towards_the_oracle(
+        tmp_path, noise_gen, char_ckpt, char_data):
+    """--keep=all: every candidate of each prompt kept with its weight w - 1 (summing to 0 over the prompt); the
+    judge-off control's weights are all 0, so its windows add no gradient. Trained on those windows alone (a few small
+    steps: the loss on the tilt's windows less the same loss on the base's own is unbounded below, a first-order move
+    near the base, docs/family_bound.md), the oracle's arm lowers val perplexity (44.8 -> 44.0 here) and the judge-off
+    arm leaves it (weight decay alone moves it)."""
+    def prepare(judge, out):
+        r = run_script('prepare_tilt_data.py', f'--model_path={noise_gen}', f'--judge={judge}', '--scale=1', '--k=16',
+                       '--windows=64', f'--out_dir={out}', '--device=cpu', f'--dataset={char_data}',
+                       '--batch_prompts=32', '--keep=all')
+        assert r.returncode == 0, r.stderr[-2000:]
+        meta = json.loads((out / 'meta.json').read_text())
+        return meta, np.fromfile(out / 'weights.bin', dtype=np.float32)
+    tilt, w = prepare(char_ckpt, tmp_path / 'tilt')
+    off, w_off = prepare('none', tmp_path / 'off')
+    assert tilt['rows'] == 64 * 16 == len(w) and off['rows'] == 64 == len(w_off) and not w_off.any()
+    assert np.allclose(w.reshape(64, 16).sum(1), 0, atol=1e-3) and w.min() >= -1
+    assert tilt['f_kept'] > tilt['f_candidates'] + 5 and 1 <= tilt['ess'] < 16
+
+    def val_ppl(name):
+        r = train_tiny(char_data, str(tmp_path / f'd_{name}'), f'--init_from={noise_gen}',
+                       f'--mix_dir={tmp_path / name}', '--mix_fraction=1.0', '--max_iters=20', '--eval_interval=20',
+                       '--decay_lr=False', '--learning_rate=3e-4')
+        return [float(v) for v in re.findall(r'step \d+: .*val ppl ([\d.]+)', r.stdout)]
+    start, anchored = val_ppl('tilt')
+    off_start, off = val_ppl('off')
+    assert off_start == start and anchored < 0.99 * start and abs(off / start - 1) < 1e-3

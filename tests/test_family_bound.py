@@ -131,3 +131,23 @@ def test_dpgs_update_is_the_forward_distillations_gradient():
     flat = [torch.cat(list(g)) for g in (exact, update)]
     assert float(torch.nn.functional.cosine_similarity(*flat, dim=0)) > 0.99
     assert float(flat[1].norm() / flat[0].norm()) == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_natural_anchor_stops_halfway_and_the_w_minus_1_anchor_reaches_the_tilts_projection():
+    """Channel (b) anchored: next-token loss on a mix of m natural windows and 1 - m of the tilt's is CE of the mixture
+    (CE is linear in its first law), so it reaches the forward projection of (1 - m)·D + m·t, short of the tilt's. The
+    w - 1 anchor subtracts the same loss on the base's own samples: CE((1 - m)·D + m·t - m·pi, q). The family is
+    exponential (its statistics the two marginals), where that objective stays convex and its optimum matches
+    moments; the base fit on D matches D's, so at m = 1/2 the optimum is exactly the tilt's forward projection."""
+    rng = np.random.default_rng(1)
+    draws = rng.choice(9, size=40, p=DATA.flatten().numpy())
+    counts = torch.from_numpy(np.bincount(draws, minlength=9).reshape(3, 3)).double() + 0.5
+    train = counts / counts.sum()  # the natural windows' law
+    base = marginals_product(train)  # next-token training's optimum on them: the base at its plateau on its data
+    tilt = DATA  # the perfect judge's tilt of the base
+    natural = fit(lambda log_q: -((0.5 * train + 0.5 * tilt) * log_q).sum(), start=base)
+    torch.testing.assert_close(natural, marginals_product(0.5 * train + 0.5 * tilt), atol=1e-6, rtol=0)
+    w_minus_1 = fit(lambda log_q: -((0.5 * train + 0.5 * tilt - 0.5 * base) * log_q).sum(), start=base)
+    torch.testing.assert_close(w_minus_1, marginals_product(tilt), atol=1e-6, rtol=0)
+    gain = lambda q: cross_entropy(DATA, base) - cross_entropy(DATA, q)  # noqa: E731
+    assert gain(w_minus_1) > 0.005 and 0.6 < gain(natural) / gain(w_minus_1) < 0.9
