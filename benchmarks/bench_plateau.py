@@ -23,13 +23,26 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
-from model import GPT, load_checkpoint  # noqa: E402
+from data_loader import generator_train_tokens, resolve_data_dir, tokens_a_word  # noqa: E402
+from model import GPT, evaluate_perplexity, load_checkpoint  # noqa: E402
 from runtime import resolve_device  # noqa: E402
 from shared import effect_text, mle_control, window_ce  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, perplexity_effect, seed_effect  # noqa: E402
+
+
+def fit_line(base, ckpt, cfg, val, device, train_read=200_000):
+    """The base's perplexity on its own training tokens (the first train_read), its held-out selection tail and
+    val: train and val within 1% say that it does not over-fit, and a dropout sweep may be skipped."""
+    train = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'train.bin'), dtype=np.uint16, mode='r')
+    own = generator_train_tokens(train, ckpt)
+    reads = dict(train=own[:train_read], val=val, **({'tail': train[len(own):]} if len(own) < len(train) - 1 else {}))
+    ppl = {name: evaluate_perplexity(base, tokens, device=device)[1] for name, tokens in reads.items()}
+    tail = f", its selection tail ({len(reads['tail']):,} tokens) {ppl['tail']:.3f}" if 'tail' in ppl else ''
+    print(f"base v1 perplexity: its training tokens (the first {min(train_read, len(own)):,} of {len(own):,}) "
+          f"{ppl['train']:.3f}{tail}, val {ppl['val']:.3f}: train {ppl['train'] / ppl['val'] - 1:+.1%} of val "
+          f"({'within 1%: no over-fit' if abs(ppl['train'] / ppl['val'] - 1) <= 0.01 else 'over 1% apart'})")
 
 
 def main():
@@ -53,6 +66,7 @@ def main():
     tokens = base.config.block_size - PROMPT_LEN
     a_word = tokens_a_word(val, TokenizationManager.from_info(base_ckpt['tokenization']))
     os.makedirs(os.path.join(a.run, 'plateau'), exist_ok=True)
+    fit_line(base, base_ckpt, cfg, val, device)
     print(f"base v1: iteration {base_ckpt['iter_num']} kept (stopped at {base_ckpt.get('stopped_at')}: "
           f"{base_ckpt.get('stop_reason')}); MLE controls of {a.flops:.3g} FLOPs each; {a.ppl_windows} val windows a "
           f"seed, its own\n| learning rate | seed | iterations kept / trained | base val ppl | control val ppl | "

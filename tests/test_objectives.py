@@ -436,6 +436,9 @@ def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count('**over 3 seeds**') == 2 and re.search(r'plateau: (yes|no) \(the MLE control reads', r.stdout)
     assert re.search(r'in word units \([\d.]+ tokens a word on val, spaces included\): the rule: ', r.stdout)
+    fit = re.search(r'base v1 perplexity: its training tokens \(the first [\d,]+ of [\d,]+\) ([\d.]+), val ([\d.]+): '
+                    r'train ([+-][\d.]+)% of val \((within 1%: no over-fit|over 1% apart)\)', r.stdout)
+    assert fit and float(fit[3]) == pytest.approx(100 * (float(fit[1]) / float(fit[2]) - 1), abs=0.15)
     for lr, held in (('0', 3e-4), ('1e-05', 1e-5)):
         for seed in (1, 2, 3):
             control = load_checkpoint(str(run / 'plateau' / f'mle_lr{lr}_s{seed}.pt'))
