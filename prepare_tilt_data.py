@@ -33,6 +33,7 @@ from model import GPT, load_checkpoint
 from runtime import resolve_device
 from tilt import TiltSource, sample_tilt, scored_candidates, tilt_weights
 from two_sample import PROMPT_LEN
+from worth import effective_sample_size
 
 # -----------------------------------------------------------------------------
 model_path = ''  # the generator (base) checkpoint
@@ -90,8 +91,8 @@ def tilt_rows(C, model, source, prompts, n_tokens, K, gen, rng):
         return out, None, fig
     cand, _, f, flops = scored_candidates(model, source, prompts, n_tokens, K, 1.0, None, gen)
     w = tilt_weights(f, C.scale)
-    fig = dict(tilt_ess=float(np.mean(K ** 2 / (w ** 2).sum(1))), tilt_f_kept=float((w * f).mean()),
-               tilt_f_candidates=float(f.mean()), tilt_sampling_flops=flops)
+    fig = dict(tilt_ess=float(np.mean([effective_sample_size(C.scale * r) for r in f])),
+               tilt_f_kept=float((w * f).mean()), tilt_f_candidates=float(f.mean()), tilt_sampling_flops=flops)
     return cand.view(-1, n_tokens), (w - 1).reshape(-1), fig
 
 
