@@ -236,7 +236,7 @@ def main(argv):
             x, y = torch.cat([x_mix, x]), torch.cat([y_mix, y])
             w = None if w_mix is None else torch.cat([w_mix, torch.ones(len(ix))]).to(rt.device)
         if rt.device_type == 'cuda':
-            x, y = x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
+            return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True), w
         return x.to(rt.device), y.to(rt.device), w
 
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
