@@ -69,6 +69,8 @@ base_select_tokens = 100000
 base_select_pass = False  # read the selection split in one whole pass (train.py --select_pass), not eval_iters batches
 base_min_lr = 0.0  # where base v1's cosine ends; 0: a tenth of base_learning_rate (nanoGPT's)
 mle_learning_rate = 0.0  # the MLE control's held learning rate; 0: the base's final one (base_min_lr)
+base_hold_iters = 0  # >0: after its cosine, base v1 trains on at that held rate for at most this many iterations,
+# its best checkpoint kept (the MLE control's recipe): a cosine that early-stops at a high rate stops short of a plateau
 trainer = 'grpo'  # 'grpo': a judge, then GRPO against it; 'spin': train_spin.py, the model is its own judge
 # reward data and model
 reward_max_blocks = 300
@@ -480,13 +482,17 @@ def main(argv):
             shutil.rmtree(work)
         pipe.stage(name, [output], inputs, ['train.py'] + train_args + extra, build)
 
-    train_stage('base v1', path('base_model_v1.pt'), data_files,
+    cosine = path('base_cosine_v1.pt') if C.base_hold_iters else path('base_model_v1.pt')
+    train_stage('base v1', cosine, data_files,
                 [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
                  f'--learning_rate={C.base_learning_rate}', f'--min_lr={final_lr(C)}',
                  f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
                  f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=50',
                  f'--seed={C.seed}'] + select_args(C)
                 + ([f'--init_from={C.init_from}'] if C.init_from != 'scratch' else []), 'base_v1.log')
+    if C.base_hold_iters:  # the cosine's kept checkpoint trained on at its final rate held, its best kept
+        train_stage('base v1 held', path('base_model_v1.pt'), [cosine] + data_files,
+                    held_args(C, cosine, C.base_hold_iters, C.seed), 'base_v1_held.log')
     referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
 
     def evaluate_stage(name, output, ckpt, log, temperatures=(C.sample_temperature,), extra=(), inputs=()):
@@ -629,15 +635,20 @@ def flops_per_iteration(C, base):
 
 def mle_args(C, base, flops, seed):
     """An MLE control's train.py options (beside base_train_args) and iterations: base trained further with
-    next-token loss for at most `flops`, at the base's final learning rate held (continued training, not a new
-    schedule), keeping the best checkpoint by the base's own early-stopping rule, as a researcher would stop it."""
+    next-token loss for at most `flops` (held_args)."""
     iters = max(1, math.ceil(flops / flops_per_iteration(C, base)))
-    return iters, [
-        f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
-        '--decay_lr=False', f'--learning_rate={C.mle_learning_rate or final_lr(C)}',
-        '--always_save_checkpoint=False',
-        f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
-        f'--seed={seed}'] + select_args(C)
+    return iters, held_args(C, base, iters, seed)
+
+
+def held_args(C, base, iters, seed):
+    """train.py options that train base further with next-token loss for at most iters, at the base's final learning
+    rate held (continued training, not a new schedule), keeping the best checkpoint by the base's own early-stopping
+    rule, as a researcher would stop it: the MLE control's recipe, and base_hold_iters' tail of base v1."""
+    return [f'--init_from={base}', f'--max_iters={iters}', f'--eval_interval={min(iters, C.base_eval_interval)}',
+            '--decay_lr=False', f'--learning_rate={C.mle_learning_rate or final_lr(C)}',
+            '--always_save_checkpoint=False',
+            f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=0',
+            f'--seed={seed}'] + select_args(C)
 
 
 def mle_stage(C, train_stage, name, base, output, flops, data_files, n, log):

@@ -85,8 +85,8 @@ TINY_CYCLE = ['--n_layer=1', '--n_head=2', '--n_embd=16', '--block_size=32', '--
               '--base_eval_interval=10', '--reward_max_blocks=10', '--reward_max_iters=60', '--grpo_max_steps=4',
               '--grpo_prompts_per_step=2', '--grpo_num_generations=4', '--eval_num_samples=16', '--judge_max_blocks=8',
               '--judge_max_iters=40', '--control_temperatures=0.8,1.0', '--device=cpu', '--base_select_tokens=2000']
-ARTEFACTS = ('base_model_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v', 'sweep_v', 'verdict_v',
-             'judgeoff_v', 'sight_v', 'tilt_v', 'mle_tilt_v', 'tilt_verdict_v')
+ARTEFACTS = ('base_model_v', 'base_cosine_v', 'eval_', 'reward_data_v', 'reward_model_v', 'grpo_v', 'mle_v',
+             'sweep_v', 'verdict_v', 'judgeoff_v', 'sight_v', 'tilt_v', 'mle_tilt_v', 'tilt_verdict_v')
 
 
 def cycles(out, data, *extra):

@@ -63,3 +63,22 @@ def test_spin_cycles_run_with_the_same_instruments_and_controls(tmp_path, char_d
     assert {'base_v1', 'spin_v1', 'spin_v2', 'mle_v2', 'mle_v3'} <= set(os.listdir(out / 'tensorboard'))
     assert {'loss', 'margin', 'heldout_margin'} <= set(tensorboard_scalars(str(out / 'tensorboard' / 'spin_v2')))
     assert 'val_loss' in tensorboard_scalars(str(out / 'tensorboard' / 'base_v1'))
+
+
+def test_base_hold_iters_trains_the_cosines_kept_checkpoint_on_at_its_final_rate(tmp_path, char_data):
+    """base_hold_iters: base v1 is its cosine's kept checkpoint (base_cosine_v1.pt) trained on at the cosine's final
+    learning rate held, its best checkpoint by the same selection kept (the MLE control's recipe): never worse on the
+    selection split than the cosine, and the rest of the run reads it as base v1."""
+    out = tmp_path / 'hold'
+    stdout = cycles(out, char_data, '--num_cycles=0', '--base_min_lr=1e-4', '--base_hold_iters=20',
+                    '--base_select_pass=True', '--eval_num_samples=8', '--judge_seeds=1')
+    assert stages_run(stdout)[:3] == ['base v1', 'base v1 held', 'evaluate v1']
+    cosine, held = (load_checkpoint(str(out / n)) for n in ('base_cosine_v1.pt', 'base_model_v1.pt'))
+    assert held['config']['init_from'] == str(out / 'base_cosine_v1.pt') and held['config']['learning_rate'] == 1e-4
+    assert held['config']['decay_lr'] is False and held['config']['max_iters'] == 20
+    assert held['best_val_loss'] <= cosine['best_val_loss'] + 1e-6
+    assert held['held_out'] == cosine['held_out']
+    assert_consistent(out)
+    assert '[skip] base v1 held' in cycles(out, char_data, '--num_cycles=0', '--base_min_lr=1e-4',
+                                           '--base_hold_iters=20', '--base_select_pass=True', '--eval_num_samples=8',
+                                           '--judge_seeds=1')
