@@ -122,6 +122,11 @@ reward_scale = 1.0
 # per-prefix log-ratio, whose law at scale 1 is the teacher's own). It holds the law (B, N, V) for a step and runs a
 # token judge V times a position: char-sized vocabularies
 objective = 'grpo'
+# dpg's rollouts: 'policy', on-policy, each step's own policy draws them (the seed's); 'gated', a frozen proposal q,
+# the starting policy, draws them, each weighed by pi_ref·e^r / q with Korbak et al.'s baseline pi/q, and q takes the
+# policy's weights only when the step's rollouts estimate the policy closer to the tilt than q in forward KL
+# (KL(p||pi) - KL(p||q) = E_p[log q/pi] < 0; GDC's gate, Khalifa et al. 2021): a policy that strays is not sampled
+proposal = 'policy'
 # judge_teacher: the law at this many completion positions of each rollout, drawn afresh each step (0: at every one);
 # the exact KL's mean over them is an unbiased estimate of its mean over the completion, at S/N of the law's cost
 law_positions = 0
@@ -444,6 +449,9 @@ def check_config(C):
     if C.objective == 'judge_teacher' and (C.reward not in ('judge', 'teacher_ratio') or C.judge != 'model'):
         raise UserError("--objective=judge_teacher reads a per-prefix log-odds: a token reward model's "
                         "(--reward=judge) or a teacher's (--reward=teacher_ratio)")
+    if C.proposal not in ('policy', 'gated') or (C.proposal == 'gated' and C.objective != 'dpg'):
+        raise UserError(f"proposal must be 'policy' or 'gated' (got {C.proposal!r}); 'gated' draws dpg's rollouts: "
+                        "pass it with --objective=dpg")
     if C.law_positions < 0 or (C.law_positions and C.objective != 'judge_teacher'):
         raise UserError("--law_positions picks the positions judge_teacher's law is read at: pass it (>= 0) with "
                         "--objective=judge_teacher")
@@ -502,6 +510,9 @@ def setup(C, rt):
     if C.objective == 'judge_teacher' and C.reward == 'judge' and reward_model.config.reward_pooling != 'token':
         raise UserError(f"--objective=judge_teacher needs a judge that reads every prefix; {C.reward_model_path} "
                         f"pools by '{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
+    # GDC's proposal: the starting policy, frozen between the gate's updates
+    run.proposal = copy.deepcopy(policy).requires_grad_(False).eval() if C.proposal == 'gated' else None
+    run.proposal_updates = 0
     run.resample_rng = np.random.default_rng([C.seed, rt.rank, 13])  # resample_mle's choices
     run.shuffle_rng = np.random.default_rng([C.seed, rt.rank, 17])  # reward_shuffle's permutations
     run.law_rng = np.random.default_rng([C.seed, rt.rank, 19])  # law_positions' draws
@@ -581,7 +592,8 @@ def step_flops(run):
     flops = rows * N * (policy.flops_per_token() + (judge_flops_per_token(run) if C.reward == 'judge' else 0)
                         + (run.reference.flops_per_token() if run.reference is not None else 0)
                         + policy.flops_per_token() * ((C.reward == 'teacher') + C.kl_in_reward
-                                                     + (C.objective in ('dpg', 'resample_mle')))
+                                                     + (C.objective in ('dpg', 'resample_mle'))
+                                                     + (C.proposal == 'gated'))
                         + C.num_iterations * policy.flops_per_token(backward=True))
     if C.objective == 'judge_teacher':  # the law's base pass, and a token judge's every candidate token (where the
         # law is read at law_positions: those, and the true rows' pass they attend to)
@@ -655,9 +667,10 @@ def rollouts(run):
     prompts, lengths, windows = sample_prompts(run.train, run.n_prompts, C.min_prompt_len, run.hi, run.N, run.rng)
     prompt_t = torch.from_numpy(np.repeat(prompts, C.num_generations, axis=0)).to(rt.device)
     lengths_t = torch.from_numpy(np.repeat(lengths, C.num_generations)).to(rt.device)
+    drawer = run.policy if run.proposal is None else run.proposal  # GDC's gate: a frozen proposal draws them
     with rt.ctx:
-        seqs = run.policy.generate(prompt_t, run.N - run.hi, C.temperature, C.top_k, prompt_lengths=lengths_t,
-                                   generator=run.gen, sampler=C.sampler)
+        seqs = drawer.generate(prompt_t, run.N - run.hi, C.temperature, C.top_k, prompt_lengths=lengths_t,
+                               generator=run.gen, sampler=C.sampler)
     generated = generated_positions(lengths_t, run.N)
     return SimpleNamespace(seqs=seqs, lengths=lengths, lengths_t=lengths_t, generated=generated,
                            mask=generated[:, 1:],  # completion_mask: the completion's next-token targets
@@ -671,7 +684,7 @@ def score(run, batch, reference=True):
     reference=False), the log-weights of the tilt's objectives and the next-token law the exact term distils."""
     C, rt = run.C, run.rt
     s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
-    s.target_logp, s.law_mask = None, batch.mask
+    s.target_logp, s.law_mask, s.log_rho = None, batch.mask, None
     if C.teacher_kl_weight:  # the teacher's every next-token log-prob, for the exact term (and its reward)
         with torch.no_grad(), rt.ctx:
             s.target_logp = torch.log_softmax(run.teacher(batch.seqs[:, :-1], all_logits=True)[0].float(), dim=-1)
@@ -695,6 +708,11 @@ def score(run, batch, reference=True):
         with torch.no_grad(), rt.ctx:
             logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
         s.rewards = kl_regularised(s.rewards, logps, s.ref_logps, batch.mask)  # dpg: log pi_ref·e^r / pi
+        if run.proposal is not None:  # drawn from q: log pi_ref·e^r / q, and log pi/q for the baseline and the gate
+            with torch.no_grad(), rt.ctx:
+                s.log_rho = ((logps - token_logprobs(run.proposal, batch.seqs, C.temperature)[0])
+                             * batch.mask).sum(1).to(s.rewards.dtype)
+            s.rewards = s.rewards + s.log_rho
     if reference and C.objective == 'judge_teacher' and not C.judge_off:
         s.target_logp, s.law_mask = judge_teacher_law(run, batch)
     return s
@@ -823,15 +841,16 @@ def judge_sight(batch, sight_probs, judged):
     return sight_auc(natural.cpu().numpy(), sampled.cpu().numpy())
 
 
-def advantages_of(C, rt, rewards, judged, generated, rng=None):
+def advantages_of(C, rt, rewards, judged, generated, rng=None, log_rho=None):
     """Group-normalised advantages, one per completion or (token_advantages) one per completion token; for the
     tilt's objectives, rewards are log-weights (tilt_advantages); judge_teacher's are 0 (the exact term moves it).
     Returns (advantages, groups with all-equal rewards, mean raw within-group std, the tilt's mean effective
-    sample size a group or None). 'batch' scaling pools every rank's rewards."""
+    sample size a group or None). 'batch' scaling pools every rank's rewards; log_rho: a gated proposal's
+    log pi/q a rollout (tilt_advantages)."""
     def batch_std(values):
         return global_std(values, rt)
     if C.objective in ('dpg', 'resample_mle'):
-        return tilt_advantages(rewards, C.num_generations, C.objective, rng)
+        return tilt_advantages(rewards, C.num_generations, C.objective, rng, log_rho)
     advantages, zero_std, group_std = group_advantages(rewards, C.num_generations, C.scale_rewards, batch_std)
     if C.token_advantages:
         advantages = token_advantages_of(judged, generated, C.num_generations, C.token_discount, C.scale_rewards,
@@ -842,17 +861,18 @@ def advantages_of(C, rt, rewards, judged, generated, rng=None):
     return advantages, zero_std, group_std, None
 
 
-def tilt_advantages(log_weights, group_size, objective, rng):
+def tilt_advantages(log_weights, group_size, objective, rng, log_rho=None):
     """Distribution matching towards the tilt: w = the self-normalised weights softmax(log w) within each group.
     'dpg': advantages G·w - 1 (the forward KL's gradient, sum_i w_i grad log pi(x_i), less the baseline
-    (1/G) sum_i grad log pi(x_i), which is 0 in expectation; Korbak et al. 2022). 'resample_mle': G at one rollout a
-    group drawn ∝ w (rng), 0 elsewhere: next-token loss on the kept ones. Returns (advantages, groups with all-equal
-    weights, the mean within-group std of the log-weights, the mean effective sample size of a group,
-    (sum w)^2 / sum w^2)."""
+    (1/G) sum_i grad log pi(x_i), which is 0 in expectation; Korbak et al. 2022); drawn from a proposal q (log_rho =
+    log pi/q), G·w - pi/q, whose baseline sum_i (pi/q)(x_i) grad log pi(x_i) is 0 in expectation under q.
+    'resample_mle': G at one rollout a group drawn ∝ w (rng), 0 elsewhere: next-token loss on the kept ones.
+    Returns (advantages, groups with all-equal weights, the mean within-group std of the log-weights, the mean
+    effective sample size of a group, (sum w)^2 / sum w^2)."""
     groups = log_weights.double().view(-1, group_size)
     w = torch.softmax(groups, dim=1)
     if objective == 'dpg':
-        advantages = group_size * w - 1
+        advantages = group_size * w - (1 if log_rho is None else torch.exp(log_rho.double().view(-1, group_size)))
     else:
         kept = tilt_choice(groups.cpu().numpy(), 1.0, False, rng)
         advantages = torch.zeros_like(w)
@@ -860,6 +880,20 @@ def tilt_advantages(log_weights, group_size, objective, rng):
     ess = float(np.mean([effective_sample_size(g) for g in groups.cpu().numpy()]))
     return (advantages.reshape(-1).to(log_weights.dtype), int((groups.std(dim=1) == 0).sum()),
             float(groups.std(dim=1).mean()), ess)
+
+
+def proposal_gate(run, s, policy_state):
+    """GDC's gate: the forward KL to the tilt p of the policy that scored this step's rollouts, less the proposal's,
+    KL(p||pi) - KL(p||q) = E_p[log q/pi], estimated on the rollouts by their self-normalised weights within each
+    group (log Z cancels); below 0, the proposal takes that policy's weights (policy_state, before this step's
+    update). Returns the estimate (nats a completion, every rank's mean)."""
+    groups = s.rewards.double().view(-1, run.C.num_generations)
+    gap = all_reduce_mean(float((-torch.softmax(groups, dim=1) * s.log_rho.double().view_as(groups)).sum(1).mean()),
+                          run.rt)
+    if gap < 0:
+        run.proposal.load_state_dict(policy_state)
+        run.proposal_updates += 1
+    return gap
 
 
 def policy_update(run, batch, s):
@@ -977,7 +1011,8 @@ def log_row(run, step, lr, batch, s, u, times):
                judge_loss=u.judge_loss, nll=None if u.nll is None else mean(u.nll.item()),
                teacher_kl=None if u.teacher_kl is None else mean(u.teacher_kl.item()),
                judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None,
-               judge_sight=mean(s.sight), ess=None if s.ess is None else mean(s.ess))
+               judge_sight=mean(s.sight), ess=None if s.ess is None else mean(s.ess),
+               proposal_gap=s.proposal_gap, proposal_updates=run.proposal_updates)
     run.history.append(row)
     run.reward_ma.append(row['reward'])
     if rt.master:
@@ -1042,6 +1077,8 @@ def save_state(run, step):
     save_resume_state(run.state_path, dict(
         signature=run.signature, step=step, policy=run.policy.state_dict(), optimizer=run.optimizer.state_dict(),
         reference=run.reference.state_dict() if run.reference is not None else None,
+        proposal=run.proposal.state_dict() if run.proposal is not None else None,
+        proposal_updates=run.proposal_updates,
         judge=run.reward_model.state_dict() if judge_on else None, warmup=run.warmup,
         judge_optimizer=run.judge_opt.state_dict() if judge_on else None,
         ngram_fitted_on=run.ngram.fitted_on if run.ngram else None,
@@ -1061,6 +1098,9 @@ def restore_state(run, state):
     run.optimizer.load_state_dict(state['optimizer'])
     if run.reference is not None:
         run.reference.load_state_dict(state['reference'])
+    if run.proposal is not None:
+        run.proposal.load_state_dict(state['proposal'])
+    run.proposal_updates = state['proposal_updates']
     if run.judge_opt is not None:
         run.reward_model.load_state_dict(state['judge'])
         run.judge_opt.load_state_dict(state['judge_optimizer'])
@@ -1149,7 +1189,9 @@ def finish(run, step, batch, s):
     save(run, final_step, run.stop_reason, final_kl=final_kl, final_val_ppl=final_ppl, judge_off=C.judge_off)
     first, last = [h['reward'] for h in history[:10]], [h['reward'] for h in history[-10:]]
     t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
-    print(f"done: {len(history)} steps; stopped by {run.stop_reason}")
+    print(f"done: {len(history)} steps; stopped by {run.stop_reason}"
+          + (f"; the gated proposal took the policy's weights {run.proposal_updates} times" if run.proposal is not None
+             else ''))
     print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
           f"saved policy: val ppl ({run.ppl_tokens}) {run.ppl_start:.3f} -> {final_ppl:.3f}, KL to the reference "
           f"{'–' if final_kl is None else format(final_kl, '.4f')}; "
@@ -1203,12 +1245,13 @@ def main(argv):
         t1 = time.time()
         s = score(run, batch)
         s.advantages, s.zero_std, s.group_std, s.ess = advantages_of(C, rt, s.rewards, s.judged, batch.generated,
-                                                                     run.resample_rng)
+                                                                     run.resample_rng, s.log_rho)
         t2 = time.time()
         # the policy that made these rollouts, kept while its KL is under the cap
         pre_update = ({k: v.detach().clone() for k, v in run.policy.state_dict().items()}
-                      if C.max_kl or C.kl_anchor == 'judge' else None)
+                      if C.max_kl or C.kl_anchor == 'judge' or run.proposal is not None else None)
         u = policy_update(run, batch, s)
+        s.proposal_gap = proposal_gate(run, s, pre_update) if run.proposal is not None else None
         u.judge_loss = update_judge(run, batch, s, step)
         if C.kl_anchor == 'judge' and u.judge_loss is not None and run.reference is not None:
             run.reference.load_state_dict(pre_update)  # the KL anchored where the judge was just fit

@@ -10,7 +10,9 @@ against its controls over trainer seeds. --channel picks how it is carried:
      loss on the base's unresampled continuations; its judge-off control's weights are all 0);
   game (a): train_grpo.py from the base for --steps, the tilt's game (the KL inside the reward, scale a: its fixed
      point the tilt, reached as its reverse-KL projection);
-  dpg (c): train_grpo.py --objective=dpg for --steps (the forward KL's policy gradient, Korbak et al.'s baseline).
+  dpg (c): train_grpo.py --objective=dpg for --steps (the forward KL's policy gradient, Korbak et al.'s baseline);
+     --proposal=gated draws its rollouts from a proposal that takes the policy's weights only when the forward KL to
+     the tilt falls (GDC's gate, train_grpo.py --proposal).
   The games draw 8 prompts of the base's training tokens a step and --k continuations of each, the prompts as long as
   the read's; their last policy is kept (no selection). Their judge-off control is the base itself: with f = 0 every
   advantage is 0 and the trainer leaves the weights as they are (tests/test_grpo.py holds it to that).
@@ -98,7 +100,7 @@ def game_options(A, base_path):
     kind = TiltSource.kind_of(A.judge)
     judge = (frozen(A.instrument) + ['--reward=teacher_ratio', f'--teacher_path={A.judge}']
              if kind == 'exact log-ratio' else frozen(A.judge) + ['--reward_form=log_odds'])
-    objective = (['--objective=dpg'] if A.channel == 'dpg' else
+    objective = (['--objective=dpg', f'--proposal={A.proposal}'] if A.channel == 'dpg' else
                  ['--kl_in_reward=True', '--scale_rewards=none', '--loss_type=dr_grpo'])
     return [f'--policy_path={base_path}', f'--device={A.device}', f'--max_steps={A.steps}', '--prompts_per_step=8',
             f'--num_generations={A.k}', f'--min_prompt_len={PROMPT_LEN}', f'--max_prompt_len={PROMPT_LEN}',
@@ -180,6 +182,8 @@ def main():
     p.add_argument('--mix_fraction', type=float, default=0.5, help="rows of every batch from the tilt's windows")
     p.add_argument('--keep', default='one', choices=tuple(KEEP_TAG),
                    help="distill: one candidate a prompt kept ∝ e^{a·f}, or all, weighted w - 1")
+    p.add_argument('--proposal', default='policy', choices=('policy', 'gated'),
+                   help="dpg: its rollouts drawn by the policy (on-policy) or by GDC's gated proposal")
     p.add_argument('--steps', type=int, default=600, help="game, dpg: the trainer's steps")
     p.add_argument('--game_lr', type=float, default=1e-5, help="game, dpg: the trainer's learning rate")
     p.add_argument('--instrument', default='', help="game, dpg with an oracle: the judge that scores beside it")
@@ -206,7 +210,8 @@ def main():
         tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}{KEEP_TAG[A.keep]}'
         record_path = os.path.join(work, f'{tag}_e{A.epochs:g}_m{A.mix_fraction:g}_read{A.ppl_windows}.json')
     else:
-        tag = f'{judge_tag(A.judge)}_{A.channel}_k{A.k}_a{A.scale:g}_lr{A.game_lr:g}_{A.steps}steps'
+        gated = '_gated' if A.channel == 'dpg' and A.proposal == 'gated' else ''
+        tag = f'{judge_tag(A.judge)}_{A.channel}{gated}_k{A.k}_a{A.scale:g}_lr{A.game_lr:g}_{A.steps}steps'
         record_path = os.path.join(work, f'{tag}_read{A.ppl_windows}.json')
     arm = dict(distill='distilled', game='game', dpg='DPG')[A.channel]
     record = {}

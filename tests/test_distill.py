@@ -145,8 +145,8 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
 
 
 def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path, noise_gen, char_ckpt, char_data):
-    """Channels (a) and (c): train_grpo.py from the base with the oracle's exact log-ratio as the reward (an n-gram
-    judge scoring beside it), read as channel (b) is. Each game moves the generator towards the oracle (its val
+    """Channels (a) and (c), on-policy and with GDC's gated proposal: train_grpo.py from the base with the oracle's
+    exact log-ratio as the reward (an n-gram judge scoring beside it), read as channel (b) is. Each game moves the generator towards the oracle (its val
     windows' cross-entropy falls); its judge-off control is the base, and the MLE control is given the game's FLOPs.
     An oracle played without an instrument is a one-line error."""
     from judge import NgramJudge
@@ -166,17 +166,23 @@ def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path
               '--game_lr', '3e-3', '--seeds', '1', '--ppl_windows', '12', '--device', 'cpu']
     r = run_script(script, *common, '--channel', 'game')
     assert r.returncode == 2 and '--instrument' in r.stderr and 'Traceback' not in r.stderr
-    for channel in ('game', 'dpg'):
-        r = run_script(script, *common, '--channel', channel, '--instrument', str(tmp_path / 'instrument.json'))
+    for channel, proposal in (('game', 'policy'), ('dpg', 'policy'), ('dpg', 'gated')):
+        r = run_script(script, *common, '--channel', channel, '--instrument', str(tmp_path / 'instrument.json'),
+                       '--proposal', proposal)
         assert r.returncode == 0, r.stderr[-3000:]
         digest = file_sha256(char_ckpt)[:8]
-        record = json.loads((run / 'channels' / f'ckpt_{digest}_{channel}_k4_a1_lr0.003_16steps_read12.json')
-                            .read_text())['1']
+        tag = f'ckpt_{digest}_{channel}{"_gated" if proposal == "gated" else ""}_k4_a1_lr0.003_16steps'
+        record = json.loads((run / 'channels' / f'{tag}_read12.json').read_text())['1']
         ce = {k: np.mean(v) for k, v in record['ce'].items()}
         assert ce['distilled'] < ce['base'] == ce['judge_off'] and ce['tilt'] < ce['base']
         assert record['iters'] == 16 and record['kept']['judge_off'] is None and record['flops'] > 1e9
-        played = load_checkpoint(str(run / 'channels' / f'ckpt_{digest}_{channel}_k4_a1_lr0.003_16steps_s1.pt'))
+        played = load_checkpoint(str(run / 'channels' / f'{tag}_s1.pt'))
         assert played['config']['objective'] == ('dpg' if channel == 'dpg' else 'grpo')
+        assert played['config']['proposal'] == proposal
+        gaps = [h['proposal_gap'] for h in played['metrics']['history']]
+        # GDC's gate: the gap read each step, and the proposal handed the policy's weights whenever it fell below 0
+        assert (gaps == [None] * 16) if proposal == 'policy' else \
+            played['metrics']['history'][-1]['proposal_updates'] == sum(g < 0 for g in gaps) > 0
         assert '| 1 |' in r.stdout and 'the base' in r.stdout
 
 

@@ -133,6 +133,44 @@ def test_dpgs_update_is_the_forward_distillations_gradient():
     assert float(flat[1].norm() / flat[0].norm()) == pytest.approx(1.0, abs=0.05)
 
 
+def test_gated_dpg_drawn_from_a_proposal_keeps_the_gradient_and_its_gate_reads_the_kl_gap():
+    """--proposal=gated: rollouts drawn from a proposal r that is not the policy q, weights pi_ref·e^f / r, and
+    Korbak et al.'s baseline q/r (log_rho): the update still points along the exact gradient of -CE(tilt, q), and the
+    baseline alone moves nothing in expectation. GDC's gate (train_grpo.proposal_gate) reads KL(t||q) - KL(t||r) from
+    the same draws (log Z cancels), exact on a large group, and hands the proposal the policy's weights only when it
+    is below 0."""
+    from types import SimpleNamespace
+    from train_grpo import proposal_gate
+    base = marginals_product(DATA)
+    f = DATA.log() - base.log()  # the perfect judge: the tilt is the data law
+    a = torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([-0.1, 0.4, 0.0], dtype=torch.float64, requires_grad=True)
+    log_q = family(a, b).flatten()
+    log_r = family(torch.tensor([-0.4, 0.2, 0.3], dtype=torch.float64),
+                   torch.tensor([0.2, 0.1, -0.5], dtype=torch.float64)).flatten()
+    exact = torch.autograd.grad((DATA.flatten() * log_q).sum(), [a, b], retain_graph=True)
+    G = 400_000
+    x = torch.multinomial(log_r.exp(), G, replacement=True, generator=torch.Generator().manual_seed(1))
+    log_w, log_rho = base.log().flatten()[x] + f.flatten()[x] - log_r[x], log_q.detach()[x] - log_r[x]
+    advantages = tilt_advantages(log_w, G, 'dpg', None, log_rho)[0]
+    update = torch.autograd.grad((advantages * log_q[x]).sum() / G, [a, b], retain_graph=True)
+    flat = [torch.cat(list(g)) for g in (exact, update)]
+    assert float(torch.nn.functional.cosine_similarity(*flat, dim=0)) > 0.99
+    assert float(flat[1].norm() / flat[0].norm()) == pytest.approx(1.0, abs=0.05)
+    baseline = torch.autograd.grad((log_rho.exp() * log_q[x]).sum() / G, [a, b])
+    assert float(torch.cat(list(baseline)).norm()) < 0.05 * float(flat[0].norm())
+    for proposal, closer in ((log_r, True), (DATA.log().flatten(), False)):  # r far from the data, then the data
+        draws = torch.multinomial(proposal.exp(), G, replacement=True, generator=torch.Generator().manual_seed(2))
+        gap_exact = float((DATA.flatten() * (proposal - log_q.detach())).sum())
+        s = SimpleNamespace(rewards=(base.log().flatten() + f.flatten() - proposal)[draws],
+                            log_rho=(log_q.detach() - proposal)[draws])
+        handed = {}
+        run = SimpleNamespace(C=SimpleNamespace(num_generations=G), rt=SimpleNamespace(ddp=False), proposal_updates=0,
+                              proposal=SimpleNamespace(load_state_dict=handed.update))
+        assert proposal_gate(run, s, {'w': 1}) == pytest.approx(gap_exact, abs=0.01) and (gap_exact < 0) == closer
+        assert (handed == {'w': 1}) == closer and run.proposal_updates == closer
+
+
 def test_the_natural_anchor_stops_halfway_and_the_w_minus_1_anchor_reaches_the_tilts_projection():
     """Channel (b) anchored: next-token loss on a mix of m natural windows and 1 - m of the tilt's is CE of the mixture
     (CE is linear in its first law), so it reaches the forward projection of (1 - m)·D + m·t, short of the tilt's. The

@@ -569,12 +569,13 @@ def test_judge_off_zeroes_the_policy_gradient(tmp_path, known_answer_run, char_c
     assert not same_weights(tmp_path / 'off_nll.pt', char_ckpt)
 
 
-@pytest.mark.parametrize('judge', ['head', 'trunk', 'ngram'])
-def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, monkeypatch, judge):
+@pytest.mark.parametrize('judge', ['head', 'trunk', 'ngram', 'gated'])
+def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, char_ckpt, monkeypatch,
+                                                                judge):
     """A run killed right after its resume state was written (step 3 of 7) and restarted with --resume=True ends
     with the same policy, online judge and log as the run that was never stopped: policy, optimizer, reference,
-    judge head, its optimizer and replay, and every generator's state come back. Settings or inputs that differ
-    are never resumed; a finished run is never played again by --resume=True."""
+    judge head, its optimizer and replay, every generator's state and DPG's gated proposal come back. Settings or
+    inputs that differ are never resumed; a finished run is never played again by --resume=True."""
     import train_grpo
     d = judge_case
     args = [f'--policy_path={d / "gen" / "ckpt.pt"}', f'--reward_model_path={d / "blind.pt"}', '--device=cpu',
@@ -583,6 +584,13 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
             '--judge_learning_rate=1e-2', '--nll_weight=1.0', '--num_iterations=2', '--resume=True']
     if judge == 'trunk':  # the whole judge trains, on replayed token ids, after warm-up batches
         args += ['--judge_unfreeze_layers=-1', '--judge_warmup_steps=2', '--judge_natural_windows=4']
+    if judge == 'gated':  # DPG towards a better generator, drawn from GDC's gated proposal, which takes the policy's
+        # weights as it nears that generator (8 a group: 2 weigh too few to read the gate by): the proposal and its
+        # count of updates resume
+        args = [a for a in args if not a.startswith(('--judge_update', '--judge_steps', '--judge_learning',
+                                                     '--num_generations'))] \
+            + ['--num_generations=8', '--objective=dpg', '--proposal=gated', '--beta=0', '--reward=teacher_ratio',
+               f'--teacher_path={char_ckpt}']
     if judge == 'ngram':  # no reward model: the n-gram judge, refit from its texts on resume
         args = [a for a in args if not a.startswith(('--reward_model_path', '--judge_steps', '--judge_learning'))] \
             + ['--judge=ngram', '--judge_warmup_steps=2', '--judge_natural_windows=4']
@@ -602,7 +610,12 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
     assert r.returncode == 0 and 'resumed at step 3' in r.stdout, r.stderr[-2000:]
     assert not (tmp_path / 'cut_resume.pt').exists()
     assert same_weights(whole, tmp_path / 'cut.pt')
-    if judge != 'ngram':  # the n-gram judge is no checkpoint: the rewards in the logs below are its verdicts
+    if judge == 'gated':  # the gate's reads after the resume are the uninterrupted run's
+        gate = lambda p: [(x['proposal_gap'], x['proposal_updates']) for x in map(json.loads, open(p))]  # noqa: E731
+        assert gate(d / 'whole_gated_log.jsonl') == gate(tmp_path / 'cut_log.jsonl')
+        assert gate(tmp_path / 'cut_log.jsonl')[2][1] > 0  # the proposal had moved before the cut
+    if judge in ('head', 'trunk'):  # the n-gram judge is no checkpoint (the rewards in the logs below are its
+        # verdicts), the gated run's judge frozen
         assert same_weights(d / f'whole_{judge}_judge.pt', tmp_path / 'cut_judge.pt')
     steps = lambda p: [(x['step'], x['reward'], x['loss']) for x in map(json.loads, open(p))]  # noqa: E731
     assert steps(d / f'whole_{judge}_log.jsonl') == steps(tmp_path / 'cut_log.jsonl')
