@@ -482,17 +482,7 @@ def main(argv):
             shutil.rmtree(work)
         pipe.stage(name, [output], inputs, ['train.py'] + train_args + extra, build)
 
-    cosine = path('base_cosine_v1.pt') if C.base_hold_iters else path('base_model_v1.pt')
-    train_stage('base v1', cosine, data_files,
-                [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
-                 f'--learning_rate={C.base_learning_rate}', f'--min_lr={final_lr(C)}',
-                 f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
-                 f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=50',
-                 f'--seed={C.seed}'] + select_args(C)
-                + ([f'--init_from={C.init_from}'] if C.init_from != 'scratch' else []), 'base_v1.log')
-    if C.base_hold_iters:  # the cosine's kept checkpoint trained on at its final rate held, its best kept
-        train_stage('base v1 held', path('base_model_v1.pt'), [cosine] + data_files,
-                    held_args(C, cosine, C.base_hold_iters, C.seed), 'base_v1_held.log')
+    base_stages(C, train_stage, path, data_files)
     referee = os.path.abspath(C.referee_path) if C.referee_path else path('base_model_v1.pt')
 
     def evaluate_stage(name, output, ckpt, log, temperatures=(C.sample_temperature,), extra=(), inputs=()):
@@ -574,6 +564,22 @@ def reward_recipe(C):
             f'--eval_interval={C.reward_eval_interval}'] \
         + ([f'--loss={C.reward_loss}'] if C.reward_loss != 'mse' else []) \
         + ([f'--max_epochs={C.reward_max_epochs}'] if C.reward_max_epochs else [])  # the seed's judge: same manifests
+
+
+def base_stages(C, train_stage, path, data_files):
+    """base v1: a cosine with early stopping, and with base_hold_iters its kept checkpoint trained on at the cosine's
+    final rate held, its best kept (held_args)."""
+    cosine = path('base_cosine_v1.pt') if C.base_hold_iters else path('base_model_v1.pt')
+    train_stage('base v1', cosine, data_files,
+                [f'--max_iters={C.base_max_iters}', f'--lr_decay_iters={C.base_max_iters}',
+                 f'--learning_rate={C.base_learning_rate}', f'--min_lr={final_lr(C)}',
+                 f'--eval_interval={C.base_eval_interval}', '--always_save_checkpoint=False',
+                 f'--patience={C.base_patience}', f'--min_delta={C.base_min_delta}', '--warmup_iters=50',
+                 f'--seed={C.seed}'] + select_args(C)
+                + ([f'--init_from={C.init_from}'] if C.init_from != 'scratch' else []), 'base_v1.log')
+    if C.base_hold_iters:
+        train_stage('base v1 held', path('base_model_v1.pt'), [cosine] + data_files,
+                    held_args(C, cosine, C.base_hold_iters, C.seed), 'base_v1_held.log')
 
 
 def final_lr(C):
