@@ -23,7 +23,9 @@ Then, for each seed:
      completion after the prompt, and the tilt's own (tilt.tilt_cross_entropy, conservative, at --k), so that the
      gain retained = (CE_base - CE_arm) / (CE_base - CE_tilt) is read on the same windows; and the matched
      temperature control, the base at the temperature whose sample entropy on the seed's other prompts is the
-     arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep).
+     arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep); and the
+     tail-calibrated control, the base at the temperature that its held-out selection tail reads best
+     (shared.calibrated_temperature): what one scalar fit by maximum likelihood buys a base that is over-confident.
 The verdicts read perplexity over the seeds (verdict.seed_effect), each seed with its own windows, tilt data or
 rollouts, and controls. --judge takes what tilt.TiltSource reads: an n-gram judge's .json, a reward model, or a
 better generator (its exact log-ratio: the oracle, the positive control of a channel; a game plays it as
@@ -54,7 +56,7 @@ from data_loader import resolve_data_dir, write_atomic  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import effect_text, judge_tag, mle_control  # noqa: E402
+from shared import calibrated_temperature, effect_text, judge_tag, mle_control  # noqa: E402
 from tilt import TiltSource, completion_logprob, tilt_cross_entropy  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
 from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
@@ -161,6 +163,7 @@ def read_seed(A, cfg, paths, base_path, seed, device):
     _, parts, outside = sweep_parts(sweep, arm['sample_entropy'])
     matched = sum(w * p['temperature'] for w, p in parts)  # the base at the arm's sample entropy
     ce['matched'] = -completion_logprob(base, natural, PROMPT_LEN, matched) / tokens
+    ce['calibrated'] = -completion_logprob(base, natural, PROMPT_LEN, A.calibrated) / tokens
     at_one = next((p for p in sweep if p['temperature'] == 1.0), None) or point(base, 1.0)  # the sweep's T = 1
     c2st = {name: c2st_effect(arm, control, seed) for name, control in
             (('base', at_one), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
@@ -218,15 +221,22 @@ def main():
     if os.path.exists(record_path):
         with open(record_path) as f:
             record = json.load(f)
-    controls = ('base', 'matched', 'judge_off', 'mle')  # what the arm is read against
+    base_ckpt = load_checkpoint(base_path)
+    try:
+        A.calibrated, tail_ppl, tail_ppl_1 = calibrated_temperature(GPT.from_checkpoint(base_ckpt, device=device),
+                                                                    base_ckpt, cfg['dataset'], device)
+    except UserError as e:
+        p.error(str(e))
+    controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle')  # what the arm is read against
     print(f"| seed | ppl: base / tilt (K = {A.k}) / {arm} / judge-off / MLE | T* | iterations kept / trained: "
-          f"{arm} / judge-off / MLE | {arm} vs base | vs matched T | vs judge-off | vs MLE | tilt vs base | "
-          f"gain retained |\n|{'---|' * 10}")
+          f"{arm} / judge-off / MLE | {arm} vs base | vs matched T | vs tail-calibrated T | vs judge-off | vs MLE | "
+          f"tilt vs base | gain retained |\n|{'---|' * 11}")
     effects, gains = {k: [] for k in (*controls, 'tilt')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
         old = record.get(str(seed), {})
-        # new, read on another sweep, or before the two-sample test was read: (re)read, the arms reused
-        if old.get('temperatures') != A.temperatures or 'c2st' not in old:
+        # new, read on another sweep, or before the two-sample test or the calibrated control: (re)read, the arms
+        # reused
+        if old.get('temperatures') != A.temperatures or 'c2st' not in old or 'calibrated' not in old['ce']:
             try:
                 record[str(seed)] = dict(seed_figures(A, cfg, base_path, work, tag, seed, device),
                                          temperatures=A.temperatures)
@@ -251,7 +261,8 @@ def main():
           + ' | '.join(f"**{effect_text(over[k])}**" for k in (*controls, 'tilt'))
           + f" | {g[0] / g[1]:+.0%} (of the mean gains) |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
-          f"control's): {r['flops']:.3g}; record: {record_path}")
+          f"control's): {r['flops']:.3g}; the tail-calibrated temperature {A.calibrated:.3f} (the base's selection "
+          f"tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")
     c2st_table(record, A.seeds, arm)
 
 

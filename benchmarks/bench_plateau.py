@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 from data_loader import generator_train_tokens, resolve_data_dir, tokens_a_word  # noqa: E402
 from model import GPT, evaluate_perplexity, load_checkpoint  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import effect_text, mle_control, window_ce  # noqa: E402
+from shared import calibrated_temperature, effect_text, mle_control, window_ce  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, perplexity_effect, seed_effect  # noqa: E402
@@ -43,6 +43,11 @@ def fit_line(base, ckpt, cfg, val, device, train_read=200_000):
     print(f"base v1 perplexity: its training tokens (the first {min(train_read, len(own)):,} of {len(own):,}) "
           f"{ppl['train']:.3f}{tail}, val {ppl['val']:.3f}: train {ppl['train'] / ppl['val'] - 1:+.1%} of val "
           f"({'within 1%: no over-fit' if abs(ppl['train'] / ppl['val'] - 1) <= 0.01 else 'over 1% apart'})")
+    if 'tail' in ppl:  # one scalar fit on the tail: what calibration alone buys an over-confident base, read on val
+        T, _, _ = calibrated_temperature(base, ckpt, cfg['dataset'], device)
+        at_T = evaluate_perplexity(base, val, device=device, temperature=T)[1]
+        print(f"the tail-calibrated temperature {T:.3f}: val ppl {at_T:.3f} there ({at_T / ppl['val'] - 1:+.2%} of "
+              f"T = 1's)")
 
 
 def main():

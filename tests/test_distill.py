@@ -6,10 +6,20 @@ import re
 import shutil
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import ROOT, run_script, toy_run_config, train_tiny
 from data_loader import file_sha256
+
+
+@pytest.fixture(scope='module')
+def noise_base(tmp_path_factory, char_data):
+    """A generator trained 2 steps, nearly uniform, that held out the last 4,000 train tokens (the toy run's
+    base_select_tokens) to choose its checkpoint: the tail the channels' calibrated control is fit on."""
+    out = tmp_path_factory.mktemp('noise_base')
+    train_tiny(char_data, str(out), '--max_iters=2', '--eval_interval=1', '--select_tokens=4000')
+    return str(out / 'ckpt.pt')
 
 
 def test_a_tilts_windows_are_learnt_on_their_generated_tokens_only():
@@ -97,7 +107,7 @@ def test_bad_tilt_inputs_are_one_line_errors(tmp_path, noise_gen, char_data):
     assert r.returncode == 2 and 'holds no meta.json' in r.stderr and 'Traceback' not in r.stderr
 
 
-def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_seeds(tmp_path, noise_gen, char_ckpt,
+def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_seeds(tmp_path, noise_base, char_ckpt,
                                                                                       char_data):
     """bench_channels.py, the oracle through channel (b): each seed's tilt windows, its judge-off windows, the two arms
     trained as the MLE control is and the MLE control at the distilled arm's FLOPs; every model read on the seed's
@@ -105,7 +115,7 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     rerun reads its record (nothing retrained), and a missing judge is a one-line error."""
     run = tmp_path / 'run'
     run.mkdir()
-    shutil.copy(noise_gen, run / 'base_model_v1.pt')
+    shutil.copy(noise_base, run / 'base_model_v1.pt')
     (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
     script = os.path.join(ROOT, 'benchmarks', 'bench_channels.py')
     args = ['--run', str(run), '--judge', char_ckpt, '--judge_flops', '1e9', '--k', '16', '--windows', '64',
@@ -120,6 +130,7 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
         assert ce['distilled'] < ce['judge_off'] and ce['tilt'] < ce['base'] and ce['distilled'] < ce['base']
         assert record[seed]['iters'] == 32 and record[seed]['f_kept'] > record[seed]['f_candidates']
         assert 0.9 <= record[seed]['matched_temperature'] <= 1.1 and 'matched' in record[seed]['ce']
+        assert len(record[seed]['ce']['calibrated']) == 12 and ce['calibrated'] != ce['base']
         c2st = record[seed]['c2st']  # the two-sample test beside each control; the noise generator's text is far
         assert set(c2st) == {'base', 'matched', 'mle'} and c2st['base']['arm_auc'] > 0.9 and 'label' in c2st['mle']
     rows = [line for line in r.stdout.splitlines() if line.startswith('| 1 |') or line.startswith('| 2 |')]
@@ -144,19 +155,20 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     assert json.loads((work / f'ckpt_{digest}_k16_a1_w64_all_s1' / 'meta.json').read_text())['rows'] == 64 * 16
 
 
-def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path, noise_gen, char_ckpt, char_data):
+def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path, noise_base, char_ckpt,
+                                                                         char_data):
     """Channels (a) and (c), on-policy and with GDC's gated proposal: train_grpo.py from the base with the oracle's
-    exact log-ratio as the reward (an n-gram judge scoring beside it), read as channel (b) is. Each game moves the generator towards the oracle (its val
-    windows' cross-entropy falls); its judge-off control is the base, and the MLE control is given the game's FLOPs.
-    An oracle played without an instrument is a one-line error."""
+    exact log-ratio as the reward (an n-gram judge scoring beside it), read as channel (b) is. Each game moves the
+    generator towards the oracle (its val windows' cross-entropy falls); its judge-off control is the base, and the
+    MLE control is given the game's FLOPs. An oracle played without an instrument is a one-line error."""
     from judge import NgramJudge
     from model import load_checkpoint
     from tokenization_manager import TokenizationManager
     run = tmp_path / 'run'
     run.mkdir()
-    shutil.copy(noise_gen, run / 'base_model_v1.pt')
+    shutil.copy(noise_base, run / 'base_model_v1.pt')
     (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
-    tokenization = load_checkpoint(noise_gen)['tokenization']
+    tokenization = load_checkpoint(noise_base)['tokenization']
     text = TokenizationManager.from_info(tokenization).decode(np.fromfile(f'{char_data}/train.bin', np.uint16)[:4000])
     judge = NgramJudge()
     judge.fit([text[i:i + 24] for i in range(0, 2400, 24)], ['zq' * 12 for _ in range(100)])

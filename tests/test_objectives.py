@@ -425,9 +425,12 @@ def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path
     import json
     import shutil
     from conftest import ROOT
+    from conftest import train_tiny
     run = tmp_path / 'run'
     run.mkdir()
-    shutil.copy(char_ckpt, run / 'base_model_v1.pt')
+    # a base that held out its selection tail, as run_cycles.py's do
+    train_tiny(char_data, str(tmp_path / 'base'), '--max_iters=60', '--eval_interval=20', '--select_tokens=4000')
+    shutil.copy(tmp_path / 'base' / 'ckpt.pt', run / 'base_model_v1.pt')
     cfg = toy_run_config(char_data)
     (run / 'config.json').write_text(json.dumps(cfg))
     flops = 4 * GPT.from_checkpoint(char_ckpt).flops_per_token(backward=True) * 8 * 32
@@ -436,8 +439,13 @@ def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count('**over 3 seeds**') == 2 and re.search(r'plateau: (yes|no) \(the MLE control reads', r.stdout)
     assert re.search(r'in word units \([\d.]+ tokens a word on val, spaces included\): the rule: ', r.stdout)
-    fit = re.search(r'base v1 perplexity: its training tokens \(the first [\d,]+ of [\d,]+\) ([\d.]+), val ([\d.]+): '
-                    r'train ([+-][\d.]+)% of val \((within 1%: no over-fit|over 1% apart)\)', r.stdout)
+    fit = re.search(r'base v1 perplexity: its training tokens \(the first [\d,]+ of [\d,]+\) ([\d.]+), its selection '
+                    r'tail \(4,000 tokens\) [\d.]+, val ([\d.]+): train ([+-][\d.]+)% of val '
+                    r'\((within 1%: no over-fit|over 1% apart)\)', r.stdout)
+    calibrated = re.search(r'the tail-calibrated temperature ([\d.]+): val ppl ([\d.]+) there '
+                           r'\(([+-][\d.]+)% of T = 1', r.stdout)
+    assert calibrated and float(calibrated[3]) == pytest.approx(100 * (float(calibrated[2]) / float(fit[2]) - 1),
+                                                                abs=0.015)
     assert fit and float(fit[3]) == pytest.approx(100 * (float(fit[1]) / float(fit[2]) - 1), abs=0.15)
     for lr, held in (('0', 3e-4), ('1e-05', 1e-5)):
         for seed in (1, 2, 3):

@@ -59,3 +59,34 @@ def test_configurator_types():
         configure(defaults, ['--steps=2.5'])
     with pytest.raises(UserError, match="unknown config key 'stepz'"):
         configure(defaults, ['--stepz=2'])
+
+
+def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tmp_path, char_data):
+    """shared.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (a
+    golden-section search in 1/T, where the cross-entropy is convex). Known answer: the final LayerNorm's weight and
+    bias times s multiply every logit by s, so the calibrated temperature is s times the model's own; a base that
+    holds out no tail is a one-line error (a temperature fit on val would be read on val)."""
+    import os
+    import sys
+    import pytest
+    from conftest import ROOT, train_tiny
+    from configurator import UserError
+    from data_loader import generator_train_tokens
+    from model import load_checkpoint
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    from shared import calibrated_temperature
+    train_tiny(char_data, str(tmp_path / 'base'), '--max_iters=30', '--eval_interval=10', '--select_tokens=2000')
+    ckpt = load_checkpoint(str(tmp_path / 'base' / 'ckpt.pt'))
+    model = GPT.from_checkpoint(ckpt)
+    train = np.memmap(os.path.join(char_data, 'train.bin'), dtype=np.uint16, mode='r')
+    tail = train[len(generator_train_tokens(train, ckpt)):]
+    T, ppl, ppl_at_1 = calibrated_temperature(model, ckpt, char_data, 'cpu')
+    assert ppl_at_1 == pytest.approx(evaluate_perplexity(model, tail)[1])
+    assert ppl <= min(ppl_at_1, *(evaluate_perplexity(model, tail, temperature=T * f)[1] for f in (0.97, 1.03)))
+    with torch.no_grad():
+        model.transformer.ln_f.weight.mul_(1.7)
+        model.transformer.ln_f.bias.mul_(1.7)
+    assert calibrated_temperature(model, ckpt, char_data, 'cpu')[0] == pytest.approx(1.7 * T, rel=2e-3)
+    ckpt['held_out'] = dict(tokens=0, of=len(train))
+    with pytest.raises(UserError, match='no selection tail'):
+        calibrated_temperature(model, ckpt, char_data, 'cpu')
