@@ -25,7 +25,8 @@ Then, for each seed:
      temperature control, the base at the temperature whose sample entropy on the seed's other prompts is the
      arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep); and the
      tail-calibrated control, the base at the temperature that its held-out selection tail reads best
-     (shared.calibrated_temperature): what one scalar fit by maximum likelihood buys a base that is over-confident.
+     (shared.calibrated_temperature): what one scalar fit by maximum likelihood buys a base that is over-confident;
+     and the arm at its own calibrated temperature against it (both calibrated: what the channel adds past that).
 The verdicts read perplexity over the seeds (verdict.seed_effect), each seed with its own windows, tilt data or
 rollouts, and controls. --judge takes what tilt.TiltSource reads: an n-gram judge's .json, a reward model, or a
 better generator (its exact log-ratio: the oracle, the positive control of a channel; a game plays it as
@@ -135,7 +136,8 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
 def read_seed(A, cfg, paths, base_path, seed, device):
     """Every model at paths, the base and its tilt read on the seed's val windows: each window's completion
     cross-entropy; the matched temperature; the two-sample test of the arm's continuations of the seed's other
-    prompts against the natural windows, beside the base's, the matched temperature's and the MLE control's."""
+    prompts against the natural windows, beside the base's, the matched temperature's and the MLE control's; and
+    the arm at its own tail-calibrated temperature."""
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     base_ckpt = load_checkpoint(base_path)
     base = GPT.from_checkpoint(base_ckpt, device=device)
@@ -145,12 +147,15 @@ def read_seed(A, cfg, paths, base_path, seed, device):
     source = TiltSource(A.judge, base, base_ckpt, 1.0, device)
     gen = torch.Generator(device=device).manual_seed(seed)
     ce['tilt'] = tilt_cross_entropy(base, source, natural, PROMPT_LEN, [A.k], A.scale, 1.0, gen)[A.k]['conservative']
-    kept, models = {}, {}
+    kept, models, ckpts = {}, {}, {}
     for arm in ARMS:
-        ckpt = load_checkpoint(paths[arm])
+        ckpts[arm] = ckpt = load_checkpoint(paths[arm])
         models[arm] = GPT.from_checkpoint(ckpt, device=device)
         ce[arm] = -completion_logprob(models[arm], natural, PROMPT_LEN) / tokens
         kept[arm] = [ckpt['iter_num'], ckpt.get('stopped_at', ckpt['iter_num'])] if paths[arm] != base_path else None
+    # the arm at its own tail-calibrated temperature: read against the base at its own, what survives calibration
+    arm_calibrated = calibrated_temperature(models['distilled'], ckpts['distilled'], cfg['dataset'], device)[0]
+    ce['distilled_calibrated'] = -completion_logprob(models['distilled'], natural, PROMPT_LEN, arm_calibrated) / tokens
     natural_texts = completion_texts(source.tokenizer, natural)
 
     def point(model, temperature):  # its continuations of the seed's other prompts, and their laws' entropy
@@ -168,7 +173,7 @@ def read_seed(A, cfg, paths, base_path, seed, device):
     c2st = {name: c2st_effect(arm, control, seed) for name, control in
             (('base', at_one), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
     return dict(ce={k: v.tolist() for k, v in ce.items()}, kept=kept, matched_temperature=matched,
-                outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
+                arm_calibrated_temperature=arm_calibrated, outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
 
 
 def main():
@@ -230,13 +235,14 @@ def main():
     controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle')  # what the arm is read against
     print(f"| seed | ppl: base / tilt (K = {A.k}) / {arm} / judge-off / MLE | T* | iterations kept / trained: "
           f"{arm} / judge-off / MLE | {arm} vs base | vs matched T | vs tail-calibrated T | vs judge-off | vs MLE | "
-          f"tilt vs base | gain retained |\n|{'---|' * 11}")
-    effects, gains = {k: [] for k in (*controls, 'tilt')}, []
+          f"tilt vs base | gain retained | each at its tail-calibrated T (arm's T) |\n|{'---|' * 12}")
+    effects, gains = {k: [] for k in (*controls, 'tilt', 'both_calibrated')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
         old = record.get(str(seed), {})
         # new, read on another sweep, or before the two-sample test or the calibrated control: (re)read, the arms
         # reused
-        if old.get('temperatures') != A.temperatures or 'c2st' not in old or 'calibrated' not in old['ce']:
+        if old.get('temperatures') != A.temperatures or 'c2st' not in old \
+                or 'distilled_calibrated' not in old['ce']:
             try:
                 record[str(seed)] = dict(seed_figures(A, cfg, base_path, work, tag, seed, device),
                                          temperatures=A.temperatures)
@@ -247,6 +253,7 @@ def main():
         ce = {k: np.asarray(v) for k, v in r['ce'].items()}
         row = {c: perplexity_effect(ce['distilled'], ce[c], seed) for c in controls}
         row['tilt'] = perplexity_effect(ce['tilt'], ce['base'], seed)
+        row['both_calibrated'] = perplexity_effect(ce['distilled_calibrated'], ce['calibrated'], seed)
         for k, e in row.items():
             effects[k].append(e)
         gains.append([ce['base'].mean() - ce['distilled'].mean(), ce['base'].mean() - ce['tilt'].mean()])
@@ -254,12 +261,13 @@ def main():
               f"{r['matched_temperature']:.3f}{' (outside the sweep)' if r['outside_sweep'] else ''} | "
               f"{', '.join('{}/{}'.format(*r['kept'][a]) if r['kept'][a] else 'the base' for a in ARMS)} | "
               + ' | '.join(effect_text(row[k]) for k in (*controls, 'tilt'))
-              + f" | {gains[-1][0] / gains[-1][1]:+.0%} |")
+              + f" | {gains[-1][0] / gains[-1][1]:+.0%} | {effect_text(row['both_calibrated'])} "
+              f"({r['arm_calibrated_temperature']:.3f}) |")
     over = {k: seed_effect(v, PPL_MARGIN) for k, v in effects.items()}
     g = np.asarray(gains).mean(0)
     print(f"| **over {len(gains)} seeds** | | | | "
           + ' | '.join(f"**{effect_text(over[k])}**" for k in (*controls, 'tilt'))
-          + f" | {g[0] / g[1]:+.0%} (of the mean gains) |")
+          + f" | {g[0] / g[1]:+.0%} (of the mean gains) | **{effect_text(over['both_calibrated'])}** |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
           f"control's): {r['flops']:.3g}; the tail-calibrated temperature {A.calibrated:.3f} (the base's selection "
           f"tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")

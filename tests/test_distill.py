@@ -131,10 +131,11 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
         assert record[seed]['iters'] == 32 and record[seed]['f_kept'] > record[seed]['f_candidates']
         assert 0.9 <= record[seed]['matched_temperature'] <= 1.1 and 'matched' in record[seed]['ce']
         assert len(record[seed]['ce']['calibrated']) == 12 and ce['calibrated'] != ce['base']
+        assert ce['distilled_calibrated'] <= ce['distilled'] + 0.05 and record[seed]['arm_calibrated_temperature'] > 0
         c2st = record[seed]['c2st']  # the two-sample test beside each control; the noise generator's text is far
         assert set(c2st) == {'base', 'matched', 'mle'} and c2st['base']['arm_auc'] > 0.9 and 'label' in c2st['mle']
     rows = [line for line in r.stdout.splitlines() if line.startswith('| 1 |') or line.startswith('| 2 |')]
-    assert len(rows) == 4 and all(re.search(r'\| [+-]\d+% \|$', row) for row in rows[:2])
+    assert len(rows) == 4 and all(re.search(r'\| [+-]\d+% \| \w.+ \([\d.]+\) \|$', row) for row in rows[:2])
     assert 'two-sample AUC of the distilled arm' in r.stdout
     assert '**over 2 seeds**' in r.stdout and 'unresolved' in r.stdout  # 2 seeds make no claim on a method
     stamps = {p: p.stat().st_mtime for p in work.glob('*.pt')}
