@@ -27,10 +27,12 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import evaluate  # noqa: E402
+from configurator import UserError  # noqa: E402
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
+from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import completion_cross_entropy, load_json, tilt_controls  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import judge_tag  # noqa: E402
+from shared import calibrated_temperature, judge_tag  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from verdict import PPL_MARGIN, label_text, method_verdict, perplexity_effect, seed_effect, tilt_verdict  # noqa: E402
 
@@ -62,6 +64,26 @@ def base_points(run, A, cfg, seed, dataset):
     temperatures = sorted({float(t) for t in cfg['control_temperatures'].split(',')} | {cfg['sample_temperature']})
     return evaluate_base(run, os.path.join(run, f'points_d{seed}.json'), A, seed, cfg['eval_num_samples'], dataset,
                          ['--no_ppl', '--temperatures', ','.join(f'{t:g}' for t in temperatures)])
+
+
+def tail_calibrated(run, device):
+    """The base's tail-calibrated temperature (shared.calibrated_temperature), or None where it holds out no tail."""
+    base = load_checkpoint(os.path.join(run, 'base_model_v1.pt'))
+    try:
+        return calibrated_temperature(GPT.from_checkpoint(base, device=device), base, load_json(
+            os.path.join(run, 'config.json'))['dataset'], device)[0]
+    except UserError:
+        return None
+
+
+def trained_controls(run, mle, temperature, dataset, device, tilt, seed):
+    """The controls read on the tilt's natural completions beside its sampling ones: the base at its tail-calibrated
+    temperature (where it has one) and the MLE control (where given), each at the tilt's draws."""
+    def read(path, t):
+        return dict(temperature=t, completion_window_cross_entropy=completion_cross_entropy(
+            path, dataset, device, t, tilt['num_samples'], tilt['sample_length'], seed))
+    return {**({'calibrated': read(os.path.join(run, 'base_model_v1.pt'), temperature)} if temperature else {}),
+            **({'mle': read(mle, tilt['temperature'])} if mle else {})}
 
 
 def per_k_effects(tilt, controls):
@@ -109,7 +131,7 @@ def main():
                    "comma-separated: one for each run or draw, as --source")
     p.add_argument('--out', default='')
     A = p.parse_args()
-    t0, verdicts, rows, per_k = time.time(), [], [], []
+    t0, verdicts, rows, per_k, calibrated = time.time(), [], [], [], {}
     draws = [int(s) for s in A.draws.split(',')] if A.draws else [None]
     reads = [(run, draw) for run in A.runs.split(',') for draw in draws]
     sources, mles = (a.split(',') if a else [''] for a in (A.source, A.mle))
@@ -124,10 +146,9 @@ def main():
         points = base_points(run, A, cfg, seed, dataset)
         controls = tilt_controls(points, os.path.join(run, 'base_model_v1.pt'), dataset, resolve_device(A.device),
                                  tilt, seed)
-        if mle:
-            controls['mle'] = dict(completion_window_cross_entropy=completion_cross_entropy(
-                mle, dataset, resolve_device(A.device), tilt['temperature'], tilt['num_samples'],
-                tilt['sample_length'], seed))
+        if run not in calibrated:
+            calibrated[run] = tail_calibrated(run, resolve_device(A.device))
+        controls.update(trained_controls(run, mle, calibrated[run], dataset, resolve_device(A.device), tilt, seed))
         per_k.append(per_k_effects(tilt, controls))
         v = dict(verdicts=tilt_verdict(tilt, controls), draw_seed=seed, matched_temperature=controls['temperature']
                  ['temperature'], tilt_perplexity=tilt['tilt_perplexity'], tilt_ess=tilt['tilt_ess'],
@@ -138,12 +159,16 @@ def main():
         rows.append(f"| {seed} | {ppl} | {tilt['tilt_ess']:.2f} | {tilt['c2st_auc']:.3f} | "
                     f"{v['matched_temperature']:.2f} | "
                     + ' | '.join(f"{effect(v['verdicts'][c]['perplexity_effect'])}; "
-                                 f"{effect(v['verdicts'][c]['c2st_effect'])}" for c in ('base', 'temperature')) + ' |')
+                                 f"{effect(v['verdicts'][c]['c2st_effect'])}" for c in ('base', 'temperature'))
+                    + (f" | {effect(v['verdicts']['calibrated']['perplexity_effect'])} ({calibrated[run]:.3f})"
+                       if 'calibrated' in controls else ' | –') + ' |')
     print(f"\ntilt of base v1 by {A.source} at K = {A.tilt_k}, scale {A.tilt_scale:g}\n"
           "| draw seed | tilt's perplexity, conservative / optimistic | ESS of K | two-sample AUC | matched T | "
-          "vs base: perplexity; two-sample | vs matched temperature: perplexity; two-sample |\n" + '|---' * 7 + '|')
+          "vs base: perplexity; two-sample | vs matched temperature: perplexity; two-sample | "
+          "vs tail-calibrated T: perplexity (T) |\n" + '|---' * 8 + '|')
     print('\n'.join(rows))
-    over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature')}
+    over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature', 'calibrated')
+            if all(c in v['verdicts'] for v in verdicts)}
     for c, m in over.items():
         print(f"over {len(verdicts)} seeds vs {c}: perplexity "
               + (effect(m['perplexity_effect']) if m['perplexity_effect'] else '–')

@@ -287,7 +287,10 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
                    ['tilt_window_cross_entropy']['128']) == 4
     table = r.stdout[r.stdout.index('at each K'):]
     assert [line.split(' | ')[0] for line in table.splitlines() if line.startswith('| ') and line[2].isdigit()] == \
-        ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs mle |' in table
+        ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs calibrated | vs mle |' in table
+    # the base holds out a selection tail: the tail-calibrated control reads on every draw and over them
+    assert 'over 2 seeds vs calibrated: perplexity' in r.stdout and all(
+        line.rstrip(' |').endswith(')') for line in r.stdout.splitlines() if line.startswith(('| 5 |', '| 6 |')))
     # one judge and MLE control a draw (each seed its own), read back from the same files: the same tables
     mle = str(tilted / 'mle_tilt_v2.pt')
     again = run_script(os.path.join(ROOT, 'benchmarks', 'bench_tilt.py'), '--runs', str(tilted), '--source',
