@@ -20,7 +20,13 @@ bench_judge_recipes.py reads its recipes.
 
   python benchmarks/bench_judge_curve.py --run runs/plateau_min2e-5 [--windows 5000,20000,0] [--negatives 1,4,16]
       [--select_windows 2000] [--num_samples 1000] [--read_negatives 8] [--seed 1337] [--device auto] [--plot PNG]
-      [--recipe ngram|window] [--epochs 4]
+      [--recipe ngram|window] [--epochs 4] [--temperature 1|T|calibrated]
+
+--temperature samples every negative, the judges' and the read's, from the base at that temperature, so that each
+point's worth is what its judge knows about natural text beyond the base at T (its tilt of the base at T gains that
+much), and the MLE control's is its own log-ratio at T; 'calibrated' is the temperature the base's held-out
+selection tail reads best (shared.calibrated_temperature): what a judge knows past that one scalar. Names (data,
+judges, records) gain _T<T> where T is not 1.
 
 --windows 0 is every train window. Each point's judge is saved as judge_ngram_curve_<windows>w_<k>neg_s<seed>.json
 beside the data (a judge bench_tilt.py --source, sample.py --judge and train_grpo.py --judge=ngram
@@ -108,11 +114,12 @@ def window_point(data, select_blocks, base_path, rows, k, path, A, device):
     return lambda w: judge_log_odds(judge, w, PROMPT_LEN), f"best at step {ckpt['iter_num']}", int(ckpt['flops'])
 
 
-def sampled(work, k, select, seed):
+def sampled(work, k, select, seed, tag=''):
     """The negatives a train window that a seed's data holds: k, or the smallest larger count already sampled for
-    this seed and select split, whose first k serve (a curve of fewer negatives reuses a larger curve's sampling)."""
+    this seed, select split and temperature (tag), whose first k serve (a curve of fewer negatives reuses a larger
+    curve's sampling)."""
     found = [int(m.group(1)) for f in os.listdir(work)
-             if (m := re.fullmatch(rf'data_negatives(\d+)_allw_select{select}_s{seed}', f))]
+             if (m := re.fullmatch(rf'data_negatives(\d+)_allw_select{select}_s{seed}{re.escape(tag)}', f))]
     return min([c for c in found if c >= k], default=k)
 
 
@@ -120,6 +127,26 @@ def generation(data, split):
     """(FLOPs, samples) of a reward data split's generation, from its metadata."""
     meta = RewardDataset(data, split).metadata
     return int(meta['flops']), int(meta['num_samples'])
+
+
+def sampling_temperature(value, base_path, cfg, device, p):
+    """--temperature as a number: itself (4 significant digits, the names' precision), or 'calibrated': the
+    temperature the base's held-out selection tail reads best."""
+    if value == 'calibrated':
+        from configurator import UserError
+        from shared import calibrated_temperature
+        ckpt = load_checkpoint(base_path)
+        try:
+            value = calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, cfg['dataset'], device)[0]
+        except UserError as e:
+            p.error(str(e))
+    try:
+        temperature = float(f'{float(value):.4g}')
+    except ValueError:
+        temperature = 0
+    if not temperature > 0:
+        p.error(f"--temperature takes a positive number or 'calibrated', got {value!r}")
+    return temperature
 
 
 def worth_figures(figures):
@@ -193,6 +220,9 @@ def main():
     p.add_argument('--recipe', default='ngram', choices=('ngram', 'window'), help="the judge: the n-gram judge, or "
                    "the GPT whole-window judge (bench_judge_recipes.py's 'window' recipe) trained to its own stopping")
     p.add_argument('--epochs', type=int, default=4, help="the GPT judge's passes over its train windows at most")
+    p.add_argument('--temperature', default='1', help="the base's sampling temperature for every negative, the "
+                   "train's and the read's: a number, or 'calibrated' (the temperature its held-out selection tail "
+                   "reads best, shared.calibrated_temperature): what a judge knows past that one scalar")
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')
     p.add_argument('--plot', default='', help="a PNG of the curve (worth per prompt against the negatives seen)")
@@ -207,21 +237,25 @@ def main():
     cfg, base_path, work, data_dir, device = run_setting(A.run, A.device, p)
     judge_name = {'ngram': 'n-gram judge', 'window': 'GPT whole-window judge'}[A.recipe]
     recipe = '' if A.recipe == 'ngram' else f'{A.recipe}_{A.epochs}ep_'  # the n-gram records keep their names
+    temperature = sampling_temperature(A.temperature, base_path, cfg, device, p)
+    tag = '' if temperature == 1 else f'_T{temperature:g}'  # the base's own law keeps its names
     def record_of(seed):  # each seed's record, named by the negatives sampled for it
-        return os.path.join(work, f'curve_{recipe}s{seed}_neg{sampled(work, max(negatives), A.select_windows, seed)}'
-                                  f'_select{A.select_windows}_read{A.num_samples}x{A.read_negatives}.json')
+        return os.path.join(work, f'curve_{recipe}s{seed}_neg'
+                                  f'{sampled(work, max(negatives), A.select_windows, seed, tag)}'
+                                  f'_select{A.select_windows}_read{A.num_samples}x{A.read_negatives}{tag}.json')
     if A.over_seeds:
         seeds = counts(A.over_seeds, 'over_seeds', p)
         missing = [s for s in seeds if not os.path.exists(record_of(s))]
         if missing:
             p.error(f"no curve recorded for seed {missing[0]} with these settings: run them with --seed {missing[0]}")
         return over_seeds([record_of(s) for s in seeds], seeds, judge_name)
-    K = sampled(work, max(negatives), A.select_windows, A.seed)
-    data = os.path.join(work, f'data_negatives{K}_allw_select{A.select_windows}_s{A.seed}')  # each seed its own
+    K = sampled(work, max(negatives), A.select_windows, A.seed, tag)
+    data = os.path.join(work, f'data_negatives{K}_allw_select{A.select_windows}_s{A.seed}{tag}')  # each seed its own
     timing = os.path.join(data, 'generation_seconds.json')
     if not os.path.isdir(data):
         t = time.time()
-        make_data('negatives', base_path, data_dir, data, 0, A.seed, (A.num_samples, A.seed), K, A.select_windows)
+        make_data('negatives', base_path, data_dir, data, 0, A.seed, (A.num_samples, A.seed), K, A.select_windows,
+                  temperature)
         spent = dict(seconds=time.time() - t, device=str(device), torch_threads=torch.get_num_threads())
         write_atomic(timing, lambda path: json.dump(spent, open(path, 'w')))
     train, select = RewardDataset(data, 'train'), RewardDataset(data, 'select')
@@ -249,9 +283,9 @@ def main():
             if done:
                 lines.append(done[0]['line'])
                 continue
-            texts = texts or read_texts(base, val, A.num_samples, A.read_negatives, A.seed, device)
+            texts = texts or read_texts(base, val, A.num_samples, A.read_negatives, A.seed, device, temperature)
             t = time.process_time()  # CPU seconds: a pause or a neighbour does not change them
-            judge_path = os.path.join(work, f'judge_{A.recipe}_curve_{n or "all"}w_{k}neg_s{A.seed}')
+            judge_path = os.path.join(work, f'judge_{A.recipe}_curve_{n or "all"}w_{k}neg_s{A.seed}{tag}')
             if A.recipe == 'ngram':
                 score, chosen, judge_flops = ngram_point(train, held, tok, rows, k, K, judge_path + '.json',
                                                          tokenization)
@@ -265,15 +299,16 @@ def main():
             line, figures = row(f'{len(rows)} / {len(rows) * k} ({chosen})', score, texts, flops, A.seed)
             mle_path = os.path.join(work, f'mle_at_{flops:.4g}_flops_s{A.seed}.pt')
             mle = GPT.from_checkpoint(mle_control(cfg, base_path, flops, mle_path, A.seed + 1), device=device)
-            mle_line, mle_figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN)
-                                        - completion_logprob(base, w, PROMPT_LEN), texts, flops, A.seed)
+            mle_line, mle_figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN, temperature)
+                                        - completion_logprob(base, w, PROMPT_LEN, temperature), texts, flops, A.seed)
             mle_cells = mle_line.split(' | ')[2:5]  # its sight, pooled and per-prompt worth
             lines.append(line.rsplit(' | ', 2)[0] + f' | {fit_seconds:.0f} | ' + ' | '.join(mle_cells) + ' |')
             print(lines[-1], file=sys.stderr, flush=True)
             points.append(dict(windows=len(rows), negatives=k, flops=flops, chosen=chosen, line=lines[-1],
                                judge=worth_figures(figures), mle=worth_figures(mle_figures)))
             write_atomic(record, lambda path: json.dump(points, open(path, 'w'), indent=1))
-    print(f"\nthe {judge_name}'s worth against its data, on {A.run}'s base; {A.select_windows} held-out train windows "
+    print(f"\nthe {judge_name}'s worth against its data, on {A.run}'s base at temperature {temperature:g}; "
+          f"{A.select_windows} held-out train windows "
           f"select every judge (its L2 strength, or its checkpoint); read on {A.num_samples} natural val windows "
           f"against as many base samples of other prompts (DV) and {A.read_negatives} of their own prompt (per "
           f"prompt), {train.block_size - PROMPT_LEN} tokens written a window")

@@ -79,16 +79,17 @@ RECIPES = {
 }
 
 
-def make_data(kind, base, data_dir, out, windows, seed, exclude, negatives, select):
+def make_data(kind, base, data_dir, out, windows, seed, exclude, negatives, select, temperature=1.0):
     """The sampled windows of a recipe: crossovers (4 a block), whole windows (an 8-token prompt each) or
     `negatives` continuations of each window's prompt, none of whose val blocks is an evaluation window (exclude:
-    their number and seed); select: held-out train windows to select on (0: none)."""
+    their number and seed); select: held-out train windows to select on (0: none); the base sampled at temperature."""
     if not os.path.isdir(out):
         blocks, per, k = (windows // 4, 4, 0) if kind == 'crossover' else \
             (windows, negatives if kind == 'negatives' else 1, PROMPT_LEN)
         with contextlib.redirect_stdout(sys.stderr):
             prepare_reward_data.main(reward_data_cmd(base, data_dir, out + '.partial', blocks, per, seed, 'auto',
-                                                     crossover_k=k, exclude_eval=exclude, select_blocks=select)[1:])
+                                                     temperature, crossover_k=k, exclude_eval=exclude,
+                                                     select_blocks=select)[1:])
         os.replace(out + '.partial', out)
     return sum(int(read_metadata(os.path.join(out, f'{s}_metadata.txt'))['flops']) for s in ('train', 'val'))
 
@@ -144,14 +145,14 @@ def run_setting(run, device, parser):
 
 
 @torch.no_grad()
-def read_texts(base, val, n, negatives, seed, device):
-    """What every judge is read on: n natural val windows (two_sample.eval_windows), the base's continuations of the
-    PROMPT_LEN-token prompts of n other val windows (the pooled DV's), and `negatives` continuations of each natural
-    window's own prompt, (n, negatives, L) (the per-prompt DV's)."""
+def read_texts(base, val, n, negatives, seed, device, temperature=1.0):
+    """What every judge is read on: n natural val windows (two_sample.eval_windows), the base's continuations (at
+    temperature) of the PROMPT_LEN-token prompts of n other val windows (the pooled DV's), and `negatives`
+    continuations of each natural window's own prompt, (n, negatives, L) (the per-prompt DV's)."""
     natural, prompts = (w.to(device) for w in eval_windows(val, n, base.config.block_size, seed))
     gen = torch.Generator(device=device).manual_seed(seed)
-    samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN, generator=gen)
-    group = candidates(base, natural[:, :PROMPT_LEN], natural.shape[1], negatives, 1.0, None, gen)[0]
+    samples = base.generate(prompts[:, :PROMPT_LEN], natural.shape[1] - PROMPT_LEN, temperature, generator=gen)
+    group = candidates(base, natural[:, :PROMPT_LEN], natural.shape[1], negatives, temperature, None, gen)[0]
     return natural, samples, group
 
 

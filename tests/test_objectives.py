@@ -639,9 +639,11 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
     """bench_judge_curve.py: every train window's negatives are sampled once and serve every point (the windows
     nested, the first k negatives of each); each point's n-gram judge is fit on exactly those texts, chooses its L2
     strength on held-out train windows, is saved, and is read in nats beside an MLE control at its FLOPs, which grow
-    with its data; bad counts are a one-line error."""
+    with its data; --temperature samples every negative from the base at T, under names of their own; bad counts
+    and temperatures are a one-line error."""
     import json
     import shutil
+    import numpy as np
     from conftest import ROOT
     from data_loader import file_sha256
     from judge import NgramJudge
@@ -689,6 +691,17 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
     assert r.returncode == 2 and 'no curve recorded for seed 7' in r.stderr and 'Traceback' not in r.stderr
     r = run_script(script, '--run', str(run), '--windows', '5000,x')
     assert r.returncode == 2 and '--windows takes comma-separated counts' in r.stderr and 'Traceback' not in r.stderr
+    # --temperature: every negative (the judges' and the read's) from the base at T, under names of their own
+    hot = run_script(script, *common[:4], '--negatives', '1', *common[6:], '--temperature', '2.5')
+    assert hot.returncode == 0, hot.stderr[-3000:]
+    data = work / 'data_negatives1_allw_select4_s1337_T2.5'
+    assert RewardDataset(str(data), 'train').metadata['temperature'] == '2.5' and 'at temperature 2.5' in hot.stdout
+    assert (work / 'judge_ngram_curve_6w_1neg_s1337_T2.5.json').exists() and len(list(work.glob('curve_*_T2.5.json')))
+    cold = RewardDataset(str(work / 'data_negatives3_allw_select4_s1337'), 'train')
+    assert not np.array_equal(RewardDataset(str(data), 'train').x[:6], cold.x.reshape(-1, 3, cold.block_size)[:6, 0])
+    for bad, says in (('calibrated', 'holds out no selection tail'), ('-1', "positive number or 'calibrated'")):
+        r = run_script(script, *common, '--temperature', bad)
+        assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
 
 
 def test_the_gpt_judge_curve_trains_each_point_on_its_cut(tmp_path, char_ckpt, char_data):
