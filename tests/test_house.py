@@ -109,3 +109,22 @@ def test_the_results_are_a_paper_and_the_log_is_indexed():
     docs = glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)
     named = {p for f in docs for p in re.findall(r'`(docs/[A-Za-z0-9_./-]+\.(?:md|png))`', open(f).read())}
     assert sorted(p for p in named if not os.path.exists(os.path.join(ROOT, p))) == []
+
+
+def test_the_data_size_plot_reads_its_record_and_refuses_a_bad_row(tmp_path):
+    """benchmarks/plot_data_size.py draws the record's figures (the repository's own, and a series a size lacks left
+    out); a row naming no known series is a one-line error that names the line, and no figure is written."""
+    import csv
+    from conftest import run_script
+    script = os.path.join(ROOT, 'benchmarks', 'plot_data_size.py')
+    rows = list(csv.DictReader(open(os.path.join(ROOT, 'docs', 'log', 'data_size.csv'))))
+    assert {r['series'] for r in rows} >= {'worth', 'tilt', 'generator'} and all(r['source'] for r in rows)
+    out = tmp_path / 'data_size.png'
+    r = run_script(script, '--out', str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    bad = tmp_path / 'bad.csv'
+    bad.write_text('train_characters,series,value,low,high,source\n225000,worth,1.0,,,x\n225000,wroth,1.0,,,x\n')
+    r = run_script(script, '--figures', str(bad), '--out', str(tmp_path / 'bad.png'))
+    assert r.returncode != 0 and 'line 3' in r.stderr and "'wroth'" in r.stderr
+    assert 'Traceback' not in r.stderr and not list(tmp_path.glob('bad*.png'))
