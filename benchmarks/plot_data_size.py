@@ -1,10 +1,10 @@
 """
 Where a judge can help, against the generator's training characters: what the fed judge knows (its worth, nats a
-window per prompt) and, in % of the base's character perplexity, what its tilt gives sampled at K = 32, what the best
-channel carried into the generator itself, what one temperature fit on the held-out tail buys, and what the next
-size's data buys. The figures come from a record (docs/log/data_size.csv: one measured figure a row, its 95%
-interval where it has one, and where it was measured: the page holds its command and date); a size a series lacks is
-left out of that series.
+window per prompt, against the base and against the base at its tail-calibrated temperature) and, in % of the base's
+character perplexity, what its tilt gives sampled at K = 32, what the best channel carried into the generator itself,
+what one temperature fit on the held-out tail buys, and what the next size's data buys. The figures come from a
+record (docs/log/data_size.csv: one measured figure a row, its 95% interval where it has one, and where it was
+measured: the page holds its command and date); a size a series lacks is left out of that series.
 
   python benchmarks/plot_data_size.py [--figures docs/log/data_size.csv] [--out docs/img/data_size.png]
 """
@@ -16,6 +16,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERIES = {  # series -> (panel, label)
     'worth': (0, "the fed judge's worth"),
+    'worth_calibrated': (0, "its worth past the tail-calibrated temperature"),
     'tilt': (1, "its tilt sampled at K = 32"),
     'generator': (1, "the generator itself (best channel)"),
     'calibrated': (1, "the base at the tail-calibrated temperature"),
