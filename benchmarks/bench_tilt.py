@@ -76,9 +76,9 @@ def tail_calibrated(run, device):
         return None
 
 
-def trained_controls(run, mle, temperature, dataset, device, tilt, seed):
-    """The controls read on the tilt's natural completions beside its sampling ones: the base at its tail-calibrated
-    temperature (where it has one) and the MLE control (where given), each at the tilt's draws."""
+def completion_controls(run, mle, temperature, dataset, device, tilt, seed):
+    """The controls read on the tilt's natural completions alone (no samples of theirs): the base at its
+    tail-calibrated temperature (where it has one) and the MLE control (where given), each at the tilt's draws."""
     def read(path, t):
         return dict(temperature=t, completion_window_cross_entropy=completion_cross_entropy(
             path, dataset, device, t, tilt['num_samples'], tilt['sample_length'], seed))
@@ -148,7 +148,7 @@ def main():
                                  tilt, seed)
         if run not in calibrated:
             calibrated[run] = tail_calibrated(run, resolve_device(A.device))
-        controls.update(trained_controls(run, mle, calibrated[run], dataset, resolve_device(A.device), tilt, seed))
+        controls.update(completion_controls(run, mle, calibrated[run], dataset, resolve_device(A.device), tilt, seed))
         per_k.append(per_k_effects(tilt, controls))
         v = dict(verdicts=tilt_verdict(tilt, controls), draw_seed=seed, matched_temperature=controls['temperature']
                  ['temperature'], tilt_perplexity=tilt['tilt_perplexity'], tilt_ess=tilt['tilt_ess'],
