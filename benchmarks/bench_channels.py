@@ -57,7 +57,8 @@ from data_loader import resolve_data_dir, write_atomic  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import calibrated_temperature, effect_text, judge_tag, mle_control  # noqa: E402
+from shared import (base_calibrated_temperature, calibrated_temperature, effect_text, judge_tag,  # noqa: E402
+                    mle_control)
 from tilt import TiltSource, completion_logprob, tilt_cross_entropy  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
 from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
@@ -226,10 +227,8 @@ def main():
     if os.path.exists(record_path):
         with open(record_path) as f:
             record = json.load(f)
-    base_ckpt = load_checkpoint(base_path)
     try:
-        A.calibrated, tail_ppl, tail_ppl_1 = calibrated_temperature(GPT.from_checkpoint(base_ckpt, device=device),
-                                                                    base_ckpt, cfg['dataset'], device)
+        A.calibrated, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
     controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle')  # what the arm is read against

@@ -134,10 +134,9 @@ def sampling_temperature(value, base_path, cfg, device, p):
     temperature the base's held-out selection tail reads best."""
     if value == 'calibrated':
         from configurator import UserError
-        from shared import calibrated_temperature
-        ckpt = load_checkpoint(base_path)
+        from shared import base_calibrated_temperature
         try:
-            value = calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, cfg['dataset'], device)[0]
+            value = base_calibrated_temperature(base_path, cfg['dataset'], device)[0]
         except UserError as e:
             p.error(str(e))
     try:

@@ -29,10 +29,9 @@ import numpy as np  # noqa: E402
 import evaluate  # noqa: E402
 from configurator import UserError  # noqa: E402
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
-from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import completion_cross_entropy, load_json, tilt_controls  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import calibrated_temperature, judge_tag  # noqa: E402
+from shared import base_calibrated_temperature, judge_tag  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from verdict import PPL_MARGIN, label_text, method_verdict, perplexity_effect, seed_effect, tilt_verdict  # noqa: E402
 
@@ -68,10 +67,9 @@ def base_points(run, A, cfg, seed, dataset):
 
 def tail_calibrated(run, device):
     """The base's tail-calibrated temperature (shared.calibrated_temperature), or None where it holds out no tail."""
-    base = load_checkpoint(os.path.join(run, 'base_model_v1.pt'))
     try:
-        return calibrated_temperature(GPT.from_checkpoint(base, device=device), base, load_json(
-            os.path.join(run, 'config.json'))['dataset'], device)[0]
+        return base_calibrated_temperature(os.path.join(run, 'base_model_v1.pt'),
+                                           load_json(os.path.join(run, 'config.json'))['dataset'], device)[0]
     except UserError:
         return None
 

@@ -103,6 +103,13 @@ def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, 
     return 1 / beta, float(np.exp(ce(beta))), float(np.exp(ce(1.0)))
 
 
+def base_calibrated_temperature(base_path, dataset, device):
+    """calibrated_temperature of the checkpoint at base_path: (T, the tail's perplexity there, and at T = 1). Raises
+    configurator.UserError where the base holds out no selection tail."""
+    ckpt = load_checkpoint(base_path)
+    return calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, dataset, device)
+
+
 def window_ce(model, windows, temperature=1.0):
     """Each window's mean next-token cross-entropy (nats, float64) under model at this temperature, in fp32."""
     return -completion_logprob(model, windows, 1, temperature) / (windows.shape[1] - 1)
