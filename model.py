@@ -771,6 +771,17 @@ def save_atomic(ckpt, path):
     os.replace(tmp, path)
 
 
+def fold_temperature(ckpt, temperature):
+    """A copy of a generator checkpoint whose logits are ckpt's divided by temperature, so it samples and scores as
+    ckpt at that temperature: the head is tied to the embedding and has no bias, so the final LayerNorm's gain and bias
+    times 1 / T scale every logit alike. The same family at zero FLOPs; the optimizer's state (of the old weights) is
+    left out."""
+    if ckpt['model_args'].get('mode', 'generator') != 'generator':
+        raise ValueError("only a generator's logits have a temperature to fold")
+    model = {k: (v / temperature if k.endswith(('ln_f.weight', 'ln_f.bias')) else v) for k, v in ckpt['model'].items()}
+    return {**{k: v for k, v in ckpt.items() if k != 'optimizer'}, 'model': model, 'folded_temperature': temperature}
+
+
 def load_checkpoint(path, map_location='cpu'):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path} (train one with train.py, or fix the path)")

@@ -1,11 +1,18 @@
+import json
 import math
+import os
+import sys
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from model import GPT, GPTConfig, evaluate_perplexity
 from early_stopping import EarlyStopping
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 
 
 def test_perplexity_matches_hand_computation():
@@ -61,22 +68,27 @@ def test_configurator_types():
         configure(defaults, ['--stepz=2'])
 
 
-def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tmp_path, char_data):
+@pytest.fixture(scope='module')
+def tail_base(tmp_path_factory, char_data):
+    """A tiny base that holds out a 2,000-token selection tail, as a run folder (base_model_v1.pt, config.json)."""
+    from conftest import toy_run_config, train_tiny
+    run = tmp_path_factory.mktemp('tail_base')
+    train_tiny(char_data, str(run), '--max_iters=30', '--eval_interval=10', '--select_tokens=2000')
+    os.replace(run / 'ckpt.pt', run / 'base_model_v1.pt')
+    (run / 'config.json').write_text(json.dumps(toy_run_config(char_data)))
+    return run
+
+
+def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tail_base, char_data):
     """shared.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (a
     golden-section search in 1/T, where the cross-entropy is convex). Known answer: the final LayerNorm's weight and
     bias times s multiply every logit by s, so the calibrated temperature is s times the model's own; a base that
     holds out no tail is a one-line error (a temperature fit on val would be read on val)."""
-    import os
-    import sys
-    import pytest
-    from conftest import ROOT, train_tiny
     from configurator import UserError
     from data_loader import generator_train_tokens
     from model import load_checkpoint
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
     from shared import calibrated_temperature
-    train_tiny(char_data, str(tmp_path / 'base'), '--max_iters=30', '--eval_interval=10', '--select_tokens=2000')
-    ckpt = load_checkpoint(str(tmp_path / 'base' / 'ckpt.pt'))
+    ckpt = load_checkpoint(str(tail_base / 'base_model_v1.pt'))
     model = GPT.from_checkpoint(ckpt)
     train = np.memmap(os.path.join(char_data, 'train.bin'), dtype=np.uint16, mode='r')
     tail = train[len(generator_train_tokens(train, ckpt)):]
@@ -90,3 +102,35 @@ def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_l
     ckpt['held_out'] = dict(tokens=0, of=len(train))
     with pytest.raises(UserError, match='no selection tail'):
         calibrated_temperature(model, ckpt, char_data, 'cpu')
+
+
+def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, char_data, tmp_path):
+    """calibrate_base.py: the base with its tail-calibrated temperature folded into its weights (model.fold_temperature)
+    scores every window as the base at that temperature, and its own calibrated temperature is 1; the run folder it
+    writes is one the benches take. A base with no tail, or an out_dir that holds a base, is a one-line error and
+    leaves nothing written."""
+    from conftest import ROOT, run_script
+    from model import load_checkpoint
+    from shared import calibrated_temperature
+    script = os.path.join(ROOT, 'benchmarks', 'calibrate_base.py')
+    r = run_script(script, '--run', str(tail_base), '--out_dir', str(tmp_path / 'cal'), '--device', 'cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    base = load_checkpoint(str(tail_base / 'base_model_v1.pt'))
+    T = calibrated_temperature(GPT.from_checkpoint(base), base, char_data, 'cpu')[0]
+    folded = load_checkpoint(str(tmp_path / 'cal' / 'base_model_v1.pt'))
+    assert folded['folded_temperature'] == T and 'optimizer' not in folded and T != pytest.approx(1, abs=0.01)
+    val = np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)
+    assert evaluate_perplexity(GPT.from_checkpoint(folded), val)[0] == pytest.approx(
+        evaluate_perplexity(GPT.from_checkpoint(base), val, temperature=T)[0], rel=1e-5)
+    T_folded = calibrated_temperature(GPT.from_checkpoint(folded), folded, char_data, 'cpu')[0]
+    assert T_folded == pytest.approx(1, abs=2e-3)
+    assert (tmp_path / 'cal' / 'config.json').read_text() == (tail_base / 'config.json').read_text()
+    assert f'T = {T:.4g}' in r.stdout
+    r = run_script(script, '--run', str(tail_base), '--out_dir', str(tmp_path / 'cal'))
+    assert r.returncode == 2 and 'already holds a base' in r.stderr and 'Traceback' not in r.stderr
+    n = len(np.memmap(os.path.join(char_data, 'train.bin'), dtype=np.uint16, mode='r'))
+    torch.save({**base, 'held_out': dict(tokens=0, of=n)}, tmp_path / 'base_model_v1.pt')
+    (tmp_path / 'config.json').write_text((tail_base / 'config.json').read_text())
+    r = run_script(script, '--run', str(tmp_path), '--out_dir', str(tmp_path / 'none'), '--device', 'cpu')
+    assert r.returncode == 2 and 'no selection tail' in r.stderr and 'Traceback' not in r.stderr
+    assert not (tmp_path / 'none').exists()

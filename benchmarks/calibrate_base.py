@@ -1,0 +1,62 @@
+"""
+The base at its tail-calibrated temperature, written as a base of its own: what a judge, its tilt or a channel adds
+past the one scalar that calibration fits. An over-fit base is over-confident, and the temperature its held-out
+selection tail reads best (shared.calibrated_temperature) buys it perplexity at zero FLOPs; a judge's gain that is only
+that correction is no gain of the judge's. Started from the calibrated base, every bench reads past it.
+
+  python benchmarks/calibrate_base.py --run runs/plateau --out_dir runs/plateau_calibrated [--temperature T]
+
+Writes OUT_DIR/base_model_v1.pt (model.fold_temperature: the final LayerNorm's gain and bias times 1 / T, so its
+logits are the base's at T: the same family, sampled and scored by every script as the base at T) and OUT_DIR/
+config.json (the run's), so bench_judge_curve.py, bench_tilt.py and bench_channels.py take OUT_DIR as --run. It
+prints the temperature and the tail's perplexity before and after (its own calibrated temperature is then 1).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from configurator import UserError  # noqa: E402
+from model import GPT, fold_temperature, load_checkpoint, save_atomic  # noqa: E402
+from runtime import resolve_device  # noqa: E402
+from shared import base_calibrated_temperature, calibrated_temperature  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json")
+    p.add_argument('--out_dir', required=True, help="the calibrated base's run folder (made; must not hold a base)")
+    p.add_argument('--temperature', type=float, default=0,
+                   help="fold this temperature instead of the tail's (0: the tail-calibrated temperature)")
+    p.add_argument('--device', default='auto', help="where the tail is read, in fp32 (auto: cuda when available)")
+    a = p.parse_args()
+    base_path, config_path = (os.path.join(a.run, f) for f in ('base_model_v1.pt', 'config.json'))
+    if not (os.path.exists(base_path) and os.path.exists(config_path)):
+        p.error(f"{a.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
+    if os.path.exists(os.path.join(a.out_dir, 'base_model_v1.pt')):
+        p.error(f"{a.out_dir} already holds a base: name another --out_dir, or remove it")
+    if a.temperature < 0:
+        p.error(f"--temperature takes a positive number (or 0: the tail's), got {a.temperature}")
+    with open(config_path) as f:
+        dataset = json.load(f)['dataset']
+    device = resolve_device(a.device)
+    try:
+        T, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, dataset, device)
+    except UserError as e:
+        p.error(str(e))
+    T = a.temperature or T
+    folded = fold_temperature(load_checkpoint(base_path), T)
+    T_after, _, tail_after = calibrated_temperature(GPT.from_checkpoint(folded, device=device), folded, dataset, device)
+    os.makedirs(a.out_dir, exist_ok=True)
+    shutil.copyfile(config_path, os.path.join(a.out_dir, 'config.json'))
+    save_atomic(folded, os.path.join(a.out_dir, 'base_model_v1.pt'))
+    print(f"{a.run}'s base at T = {T:.4g} written to {a.out_dir}/base_model_v1.pt: its selection tail reads ppl "
+          f"{tail_ppl_1:.4f} at T = 1, {tail_after:.4f} folded (the tail's best {tail_ppl:.4f}); the folded base's own "
+          f"calibrated temperature {T_after:.4f}")
+
+
+if __name__ == '__main__':
+    main()
