@@ -569,7 +569,7 @@ def test_judge_off_zeroes_the_policy_gradient(tmp_path, known_answer_run, char_c
     assert not same_weights(tmp_path / 'off_nll.pt', char_ckpt)
 
 
-@pytest.mark.parametrize('judge', ['head', 'trunk', 'ngram', 'gated'])
+@pytest.mark.parametrize('judge', ['trunk', 'ngram', 'gated'])  # trunk trains the head too: its state is covered
 def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_case, char_ckpt, monkeypatch,
                                                                 judge):
     """A run killed right after its resume state was written (step 3 of 7) and restarted with --resume=True ends
