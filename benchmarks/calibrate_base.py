@@ -9,7 +9,7 @@ that correction is no gain of the judge's. Started from the calibrated base, eve
 Writes OUT_DIR/base_model_v1.pt (model.fold_temperature: the final LayerNorm's gain and bias times 1 / T, so its
 logits are the base's at T: the same family, sampled and scored by every script as the base at T) and OUT_DIR/
 config.json (the run's), so bench_judge_curve.py, bench_tilt.py and bench_channels.py take OUT_DIR as --run. It
-prints the temperature and the tail's perplexity before and after (its own calibrated temperature is then 1).
+prints the temperature folded, and the tail's perplexity at T = 1 and at its best (the folded base's best is T = 1).
 """
 import argparse
 import json
@@ -20,9 +20,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from configurator import UserError  # noqa: E402
-from model import GPT, fold_temperature, load_checkpoint, save_atomic  # noqa: E402
+from model import fold_temperature, load_checkpoint, save_atomic  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import base_calibrated_temperature, calibrated_temperature  # noqa: E402
+from shared import base_calibrated_temperature  # noqa: E402
 
 
 def main():
@@ -47,15 +47,12 @@ def main():
         T, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, dataset, device)
     except UserError as e:
         p.error(str(e))
-    T = a.temperature or T
-    folded = fold_temperature(load_checkpoint(base_path), T)
-    T_after, _, tail_after = calibrated_temperature(GPT.from_checkpoint(folded, device=device), folded, dataset, device)
+    folded = fold_temperature(load_checkpoint(base_path), a.temperature or T)
     os.makedirs(a.out_dir, exist_ok=True)
     shutil.copyfile(config_path, os.path.join(a.out_dir, 'config.json'))
     save_atomic(folded, os.path.join(a.out_dir, 'base_model_v1.pt'))
-    print(f"{a.run}'s base at T = {T:.4g} written to {a.out_dir}/base_model_v1.pt: its selection tail reads ppl "
-          f"{tail_ppl_1:.4f} at T = 1, {tail_after:.4f} folded (the tail's best {tail_ppl:.4f}); the folded base's own "
-          f"calibrated temperature {T_after:.4f}")
+    print(f"{a.run}'s base at T = {a.temperature or T:.4g} written to {a.out_dir}/base_model_v1.pt; its selection "
+          f"tail reads ppl {tail_ppl_1:.4f} at T = 1 and {tail_ppl:.4f} at its best temperature, {T:.4g}")
 
 
 if __name__ == '__main__':
