@@ -1,10 +1,11 @@
 """
 Where a judge can help, against the generator's training characters: what the fed judge knows (its worth, nats a
 window per prompt, against the base and against the base at its tail-calibrated temperature) and, in % of the base's
-character perplexity, what its tilt gives sampled at K = 32, what the best channel carried into the generator itself,
-what one temperature fit on the held-out tail buys, and what the next size's data buys. The figures come from a
-record (docs/log/data_size.csv: one measured figure a row, its 95% interval where it has one, and where it was
-measured: the page holds its command and date); a size a series lacks is left out of that series.
+character perplexity, what its tilt gives sampled at K = 32, what the best channel carried into the generator itself
+(and of an oracle's tilt, the channels' positive control), what one temperature fit on the held-out tail buys, and
+what the next size's data buys. The figures come from a record (docs/log/data_size.csv: one measured figure a row,
+its 95% interval where it has one, and where it was measured: the page holds its command and date); a size a series
+lacks is left out of that series.
 
   python benchmarks/plot_data_size.py [--figures docs/log/data_size.csv] [--out docs/img/data_size.png]
 """
@@ -19,6 +20,7 @@ SERIES = {  # series -> (panel, label)
     'worth_calibrated': (0, "its worth past the tail-calibrated temperature"),
     'tilt': (1, "its tilt sampled at K = 32"),
     'generator': (1, "the generator itself (best channel)"),
+    'oracle': (1, "an oracle's tilt in the generator (best channel)"),
     'calibrated': (1, "the base at the tail-calibrated temperature"),
     'next_size': (1, "the next size's data (its plateau base)"),
 }
@@ -43,7 +45,7 @@ def plot(figures, path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5))
     sizes = sorted({p[0] for points in figures.values() for p in points})
     for series, points in figures.items():
         panel, label = SERIES[series]
@@ -59,7 +61,7 @@ def plot(figures, path):
         ax.axhline(0, color='grey', lw=0.5)
         ax.set_xlabel("the generator's training characters")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.15))  # below: no point hidden
     fig.suptitle("Where a judge can help: the char GPT (4 x 128) at its plateau by data size", fontsize=9)
     fig.tight_layout()
     fig.savefig(path + '.tmp.png', dpi=120)
