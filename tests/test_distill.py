@@ -158,7 +158,7 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
 
 def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path, noise_base, char_ckpt,
                                                                          char_data):
-    """Channels (a) on-policy and (c) with GDC's gated proposal: train_grpo.py from the base with the oracle's
+    """Channels (a) and (c), on-policy and with GDC's gated proposal: train_grpo.py from the base with the oracle's
     exact log-ratio as the reward (an n-gram judge scoring beside it), read as channel (b) is. Each game moves the
     generator towards the oracle (its val windows' cross-entropy falls); its judge-off control is the base, and the
     MLE control is given the game's FLOPs. An oracle played without an instrument is a one-line error."""
@@ -179,9 +179,7 @@ def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path
               '--game_lr', '3e-3', '--seeds', '1', '--ppl_windows', '12', '--device', 'cpu']
     r = run_script(script, *common, '--channel', 'game')
     assert r.returncode == 2 and '--instrument' in r.stderr and 'Traceback' not in r.stderr
-    # DPG on-policy is the gated run without its gate (train_grpo.py's own tests hold each to its law); here, what
-    # the bench passes and reads: the game on-policy, DPG through the gate
-    for channel, proposal in (('game', 'policy'), ('dpg', 'gated')):
+    for channel, proposal in (('game', 'policy'), ('dpg', 'policy'), ('dpg', 'gated')):
         r = run_script(script, *common, '--channel', channel, '--instrument', str(tmp_path / 'instrument.json'),
                        '--proposal', proposal)
         assert r.returncode == 0, r.stderr[-3000:]
