@@ -13,9 +13,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-# the longest modules first: pytest-xdist's loadscope hands each worker a whole module, in collection order, so the
-# two workers finish together only when the longest start first (about 3.5, 2.5 and 2.5 minutes of one core)
-LONGEST_MODULES = ('test_grpo.py', 'test_objectives.py', 'test_cycles.py')
+# the longest modules first: pytest-xdist's loadscope hands each worker a whole module, in collection order
+# (pytest.ini's --no-loadscope-reorder), so the two workers finish together only when the longest start first (about
+# 3, 2, 1.5, 1.2 and 1 minutes of one core)
+LONGEST_MODULES = ('test_grpo.py', 'test_cycles.py', 'test_objectives.py', 'test_distill.py', 'test_referee.py')
 
 
 def pytest_collection_modifyitems(items):
@@ -44,10 +45,15 @@ def run_script(*args, env=None, timeout=600, fresh=False):
     script pays are done once), or, where there is none (macOS; SELFPLAY_TEST_FORK=0), in this process: its
     main(argv) under run_cli, as `python script.py` runs it (_in_process_run). `-m` runs, runs with their own
     environment, fresh=True (two runs that must differ in hash seed, as two users' would), scripts outside the
-    repository's root and SELFPLAY_TEST_FORK=subprocess start a fresh interpreter."""
-    own = args[0].endswith('.py') and not env and not fresh
+    repository's root and SELFPLAY_TEST_FORK=subprocess start a fresh interpreter. torchrun (`-m
+    torch.distributed.run`) runs its script through the fork server too, and so its ranks."""
+    same_env = all(os.environ.get(k) == v for k, v in (env or {}).items())  # an env that changes nothing is none
+    own = args[0].endswith('.py') and same_env and not fresh
     if own and fork_server_available():
         return _forked_run(args[0], args[1:], timeout)
+    if args[:2] == ('-m', 'torch.distributed.run') and same_env and fork_server_available():
+        import importlib.util  # torchrun's own script, forked: its ranks (`sys.executable -u script.py`) are forked too
+        return _forked_run(importlib.util.find_spec('torch.distributed.run').origin, args[2:], timeout)
     if own and runs_in_process(args[0]):
         return _in_process_run(args[0], args[1:])
     full_env = dict(os.environ, **(env or {}))
@@ -123,19 +129,35 @@ def fork_server_available():
             and os.environ.get('SELFPLAY_TEST_FORK') not in ('0', 'subprocess'))
 
 
-def _forked_run(script, args, timeout):
-    """One script run through this worker's fork server (started on first use), its output through two temp files."""
+def fork_server_socket():
+    """This worker's fork server's socket (the server started on first use); the launcher beside it, `python`, runs
+    `python script.py args` through it (tests/forkserver.py)."""
     import tempfile
-    from forkserver import request_run
     if 'proc' not in _SERVER or _SERVER['proc'].poll() is not None:
         _SERVER['dir'] = tempfile.TemporaryDirectory()
         _SERVER['socket'] = os.path.join(_SERVER['dir'].name, 'socket')
         _SERVER['proc'] = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tests', 'forkserver.py'),
                                             _SERVER['socket']], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert _SERVER['proc'].stdout.readline() == 'ready\n', 'the fork server did not start'
+    return _SERVER['socket']
+
+
+def script_python():
+    """The interpreter a shell script of the tests runs Python scripts with (its PY): the fork server's launcher
+    where there is one, so that each script it starts is forked, else this interpreter."""
+    if fork_server_available():
+        return os.path.join(os.path.dirname(fork_server_socket()), 'python')
+    return sys.executable
+
+
+def _forked_run(script, args, timeout):
+    """One script run through this worker's fork server, its output through two temp files."""
+    import tempfile
+    from forkserver import request_run
+    sock = fork_server_socket()
     with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err, open(os.devnull) as null:
         try:
-            code = request_run(_SERVER['socket'], script, args, ROOT, os.environ,
+            code = request_run(sock, script, args, ROOT, os.environ,
                                (null.fileno(), out.fileno(), err.fileno()), timeout)
         except TimeoutError:
             raise subprocess.TimeoutExpired([script, *args], timeout) from None
@@ -144,13 +166,17 @@ def _forked_run(script, args, timeout):
 
 
 def spawn_two_ranks(fn, *args):
-    """Run fn(rank, 2, port, *args) in two processes that meet at a free local port (gloo tests without torchrun)."""
+    """Run fn(rank, 2, port, *args) in two processes that meet at a free local port (gloo tests without torchrun).
+    The processes are forked from multiprocessing's fork server, which imports torch once per worker (a spawned
+    process pays that import each time)."""
+    import multiprocessing
     import socket
     import torch.multiprocessing as mp
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
-    mp.spawn(fn, args=(2, port, *args), nprocs=2)
+    multiprocessing.set_forkserver_preload(['torch', 'torch.distributed'])
+    mp.start_processes(fn, args=(2, port, *args), nprocs=2, start_method='forkserver')
 
 
 @pytest.fixture(scope='session')

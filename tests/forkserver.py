@@ -5,7 +5,8 @@ as `python script.py args` would be: its own argv, working directory, environmen
 exit code and a normal interpreter exit (atexit handlers, thread joins).
 
 A run's own `sys.executable` is a small launcher (`python -S`, no torch) that asks the same server, so the stages
-run_cycles starts are forked too. The launcher hands over its own stdin/stdout/stderr, so a stage's output reaches
+run_cycles starts, and the ranks torchrun starts (`python -u script.py`; a rank's output is flushed when it ends, as
+run_cli ends it), are forked too. The launcher hands over its own stdin/stdout/stderr, so a stage's output reaches
 the pipe run_cycles reads; what run_cycles reads as a stage's peak memory is then the launcher's, in tests only.
 
 What a forked run cannot have, so tests/conftest.py's run_script starts a fresh interpreter for it: an environment
@@ -21,8 +22,6 @@ import socket
 import sys
 
 PRELOAD = ('torch', 'torch._dynamo', 'numpy', 'mauve')
-SOCKET_ENV = 'SELFPLAY_TEST_FORKSERVER'  # the server's socket, for the launcher
-REAL_PYTHON_ENV = 'SELFPLAY_TEST_REAL_PYTHON'  # the interpreter the launcher hands -c / -m runs to
 
 
 def request_run(sock_path, script, args, cwd, env, fds, timeout=None):
@@ -43,26 +42,27 @@ def request_run(sock_path, script, args, cwd, env, fds, timeout=None):
             raise TimeoutError(f'{script} ran over {timeout} s') from None
 
 
-def launch():
+def launch(sock_path, real_python):
     """What a forked run's sys.executable (the `python` file serve writes: `python -S`, then this) does with its
-    arguments: a script through the server, anything else in a real interpreter."""
+    arguments: a script through the server at sock_path, anything else in the real interpreter."""
     args = sys.argv[1:]
+    if args[:1] == ['-u'] and args[1:2] and args[1].endswith('.py'):  # torchrun's ranks: `python -u script.py`
+        args = args[1:]
     if not args or not args[0].endswith('.py'):  # python -c / -m / no script: a real interpreter
-        real = os.environ[REAL_PYTHON_ENV]
-        os.execv(real, [real, *args])
-    code = request_run(os.environ[SOCKET_ENV], args[0], args[1:], os.getcwd(), os.environ, (0, 1, 2))
+        os.execv(real_python, [real_python, *args])
+    code = request_run(sock_path, args[0], args[1:], os.getcwd(), os.environ, (0, 1, 2))
     if code < 0:
         os.kill(os.getpid(), -code)
     sys.exit(code)
 
 
-def run_child(request, fds, sock_path, launcher):
+def run_child(request, fds, launcher):
     """In the forked process: become `python script args` and run it; never returns to the server."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.environ.clear()
-    os.environ.update(request['env'], **{SOCKET_ENV: sock_path, REAL_PYTHON_ENV: sys.executable})
+    os.environ.update(request['env'])
     os.chdir(request['cwd'])
     script = os.path.abspath(request['script'])
     sys.argv = [request['script'], *request['args']]
@@ -104,14 +104,14 @@ def finish(code):
     os._exit(code)
 
 
-def serve_one(conn, sock_path, launcher):
+def serve_one(conn, launcher):
     """In a process forked per request: fork the run, report its pid, wait, report its exit code."""
     msg, fds, _, _ = socket.recv_fds(conn, 1 << 22, 3)
     request = json.loads(msg)
     pid = os.fork()
     if pid == 0:
         conn.close()
-        run_child(request, fds, sock_path, launcher)
+        run_child(request, fds, launcher)
     for fd in fds:
         os.close(fd)
     conn.send(json.dumps({'pid': pid}).encode())
@@ -129,7 +129,7 @@ def serve(sock_path):
     launcher = os.path.join(os.path.dirname(sock_path), 'python')
     with open(launcher, 'w') as f:
         f.write(f'#!{sys.executable} -S\nimport sys\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n'
-                'import forkserver\nforkserver.launch()\n')
+                f'import forkserver\nforkserver.launch({sock_path!r}, {sys.executable!r})\n')
     os.chmod(launcher, 0o755)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sock_path)
@@ -147,7 +147,7 @@ def serve(sock_path):
             listener.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             conn.settimeout(None)
-            serve_one(conn, sock_path, launcher)
+            serve_one(conn, launcher)
         conn.close()
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import positive_control_run, run_script, same_weights, toy_run_config
+from conftest import positive_control_run, run_script, same_weights, script_python, toy_run_config
 from model import GPT, evaluate_perplexity, load_checkpoint
 from policy import token_logprobs
 from train_grpo import group_advantages, grpo_loss
@@ -311,7 +311,6 @@ def plateau_run(tmp_path_factory, char_ckpt, char_data):
     import json
     import shutil
     import subprocess
-    import sys
     from conftest import ROOT
     run = tmp_path_factory.mktemp('plateau') / 'run'
     run.mkdir()
@@ -319,7 +318,7 @@ def plateau_run(tmp_path_factory, char_ckpt, char_data):
     cfg = toy_run_config(char_data)
     (run / 'config.json').write_text(json.dumps(cfg))
     env = dict(os.environ, RUN=str(run), OUT=str(run / 'out'), TOY='1', DEVICE='cpu', SEEDS='1338,2001',
-               PY=sys.executable)
+               PY=script_python())
     r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'play', 'ngram_frozen'], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -350,12 +349,11 @@ def test_the_plateau_games_read_stops_when_the_shuffled_read_fails(plateau_run, 
     """The shuffled read finishes any arm cut short before the other controls read side by side: if it fails, the
     script says so in one line and exits 1 before any other read starts."""
     import subprocess
-    import sys
     from conftest import ROOT
     run, env = plateau_run
     py = tmp_path / 'py'
     py.write_text('#!/usr/bin/env bash\n[[ " $* " == *" --control shuffled "* ]] && { echo broken >&2; exit 3; }\n'
-                  f'exec {sys.executable} "$@"\n')
+                  f'exec {script_python()} "$@"\n')
     py.chmod(0o755)
     out = tmp_path / 'out'
     r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'read', 'ngram_frozen'], cwd=ROOT,
