@@ -1,6 +1,7 @@
 """The suite's fork server (tests/forkserver.py) runs a script as a fresh interpreter runs it: the same output, exit
 code and traceback, its own argv, sys.path[0] and working directory, a nested `sys.executable script.py` (a
 run_cycles stage) too, an exit that joins threads, runs atexit handlers and flushes, and a timeout kills it."""
+import os
 import subprocess
 
 import pytest
@@ -60,6 +61,25 @@ def test_a_forked_run_is_a_fresh_run(script, args):
 def test_a_forked_run_past_its_timeout_is_killed(script):
     with pytest.raises(subprocess.TimeoutExpired):
         run_script(script, 'sleep', timeout=3)
+
+
+def test_torchrun_its_ranks_and_the_shell_scripts_python_are_forked(tmp_path):
+    """Where there is a fork server, the runs that once paid a fresh interpreter's imports are forked from it (torch
+    is loaded before their first line): torchrun and the ranks it starts (`sys.executable -u script.py`), and a script
+    that conftest.script_python() runs, as a shell script's PY; each still gets its own argv and environment."""
+    from conftest import fork_server_available, script_python
+    if not fork_server_available():
+        pytest.skip('no fork server here: these runs start fresh interpreters')
+    (tmp_path / 'rank.py').write_text("import os, sys\nprint('rank', os.environ['RANK'], 'torch' in sys.modules, "
+                                      "sys.argv[1:])\n")
+    r = run_script('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', str(tmp_path / 'rank.py'),
+                   'x', env={'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS', '1')})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(line for line in r.stdout.splitlines() if line.startswith('rank')) == \
+        ["rank 0 True ['x']", "rank 1 True ['x']"]
+    r = subprocess.run([script_python(), str(tmp_path / 'rank.py'), 'y'], capture_output=True, text=True,
+                       env=dict(os.environ, RANK='7'), timeout=60)
+    assert r.stdout == "rank 7 True ['y']\n", r.stderr[-2000:]
 
 
 def test_without_the_fork_server_scripts_run_in_process(monkeypatch):
