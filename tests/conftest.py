@@ -43,8 +43,8 @@ def run_script(*args, env=None, timeout=600, fresh=False):
     """Run a repository script as a user would; returns a CompletedProcess. A script file with no environment of
     its own runs in a process forked from this worker's fork server on Linux (tests/forkserver.py: the imports every
     script pays are done once), or, where there is none (macOS; SELFPLAY_TEST_FORK=0), in this process: its
-    main(argv) under run_cli, as `python script.py` runs it (_in_process_run). `-m` runs, runs with their own
-    environment, fresh=True (two runs that must differ in hash seed, as two users' would), scripts outside the
+    main(argv) under run_cli, as `python script.py` runs it (_in_process_run). `-m` runs, runs whose environment
+    changes a variable, fresh=True (two runs that must differ in hash seed, as two users' would), scripts outside the
     repository's root and SELFPLAY_TEST_FORK=subprocess start a fresh interpreter. torchrun (`-m
     torch.distributed.run`) runs its script through the fork server too, and so its ranks."""
     same_env = all(os.environ.get(k) == v for k, v in (env or {}).items())  # an env that changes nothing is none

@@ -10,7 +10,8 @@ run_cli ends it), are forked too. The launcher hands over its own stdin/stdout/s
 the pipe run_cycles reads; what run_cycles reads as a stage's peak memory is then the launcher's, in tests only.
 
 What a forked run cannot have, so tests/conftest.py's run_script starts a fresh interpreter for it: an environment
-read while importing (PYTHON*, OMP_*, HF_* ...), its own hash seed, and `python -m`. The server is single-threaded
+read while importing (PYTHON*, OMP_*, HF_* ...), its own hash seed, and `python -m` (but for torchrun, whose
+module is a script file: run_script forks it). The server is single-threaded
 (OMP_NUM_THREADS=1, as conftest sets), so forking it is safe.
 
 Protocol, over a SOCK_SEQPACKET Unix socket: the request {script, args, cwd, env} with the run's three standard fds
