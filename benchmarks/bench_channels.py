@@ -13,6 +13,9 @@ against its controls over trainer seeds. --channel picks how it is carried:
   dpg (c): train_grpo.py --objective=dpg for --steps (the forward KL's policy gradient, Korbak et al.'s baseline);
      --proposal=gated draws its rollouts from a proposal that takes the policy's weights only when the forward KL to
      the tilt falls (GDC's gate, train_grpo.py --proposal).
+  --from_mle=FLOPS starts each seed's arm, and reads it, from that seed's MLE control at FLOPS instead of the base
+  (trained once from the base, as the MLE controls are, and reused): whether the channel adds to next-token
+  training, the base's own controls (matched temperature, judge-off, MLE) then taken from that start.
   The games draw 8 prompts of the base's training tokens a step and --k continuations of each, the prompts as long as
   the read's; their last policy is kept (no selection). Their judge-off control is the base itself: with f = 0 every
   advantage is 0 and the trainer leaves the weights as they are (tests/test_grpo.py holds it to that).
@@ -35,7 +38,7 @@ train_grpo.py --reward=teacher_ratio, with --instrument, a judge, scoring beside
   python benchmarks/bench_channels.py --run runs/plateau_min2e-5 --judge JUDGE --judge_flops 1.145e14
       [--channel distill] [--k 8] [--scale 1] [--windows 5000] [--epochs 2] [--mix_fraction 0.5] [--keep one]
       [--steps 600]
-      [--instrument JUDGE.json] [--seeds 1338,2001,3001] [--ppl_windows 400]
+      [--instrument JUDGE.json] [--from_mle FLOPS] [--seeds 1338,2001,3001] [--ppl_windows 400]
 
 Everything is written under RUN/channels/ (tilt windows, checkpoints, one record a setting) and reused by a rerun.
 """
@@ -125,16 +128,27 @@ def game_arms(A, cfg, base_path, work, tag, seed):
     return dict(distilled=out, judge_off=base_path), len(m['history']), m['flops'] + m['teacher_flops'], {}
 
 
+def seed_start(A, cfg, base_path, seed):
+    """The seed's start: the base, or (--from_mle) the seed's MLE control at A.from_mle FLOPs from the base."""
+    if not A.from_mle:
+        return base_path
+    return mle_control(cfg, base_path, A.from_mle,
+                       os.path.join(A.run, 'channels', f'mle_at_{A.from_mle:.4g}_flops_s{seed}.pt'), seed)
+
+
 def seed_figures(A, cfg, base_path, work, tag, seed, device):
-    """One seed's arms trained (or read back) and read on its own val windows: per-window completion CE of each."""
+    """One seed's arms trained (or read back) from base_path, its start, and read on its own val windows: per-window
+    completion CE of each, and the start's tail-calibrated temperature."""
     paths, iters, arm_flops, tilt_figures = (distill_arms if A.channel == 'distill' else game_arms)(
         A, cfg, base_path, work, tag, seed)
     flops = A.judge_flops + arm_flops  # what the MLE control is given
     paths['mle'] = mle_control(cfg, base_path, flops, os.path.join(work, f'mle_at_{flops:.4g}_flops_s{seed}.pt'), seed)
-    return dict(read_seed(A, cfg, paths, base_path, seed, device), iters=iters, flops=flops, **tilt_figures)
+    calibrated, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
+    return dict(read_seed(A, cfg, paths, base_path, seed, device, calibrated), iters=iters, flops=flops,
+                calibrated=[calibrated, tail_ppl, tail_ppl_1], start=base_path, **tilt_figures)
 
 
-def read_seed(A, cfg, paths, base_path, seed, device):
+def read_seed(A, cfg, paths, base_path, seed, device, calibrated):
     """Every model at paths, the base and its tilt read on the seed's val windows: each window's completion
     cross-entropy; the matched temperature; the two-sample test of the arm's continuations of the seed's other
     prompts against the natural windows, beside the base's, the matched temperature's and the MLE control's; and
@@ -169,7 +183,7 @@ def read_seed(A, cfg, paths, base_path, seed, device):
     _, parts, outside = sweep_parts(sweep, arm['sample_entropy'])
     matched = sum(w * p['temperature'] for w, p in parts)  # the base at the arm's sample entropy
     ce['matched'] = -completion_logprob(base, natural, PROMPT_LEN, matched) / tokens
-    ce['calibrated'] = -completion_logprob(base, natural, PROMPT_LEN, A.calibrated) / tokens
+    ce['calibrated'] = -completion_logprob(base, natural, PROMPT_LEN, calibrated) / tokens
     at_one = next((p for p in sweep if p['temperature'] == 1.0), None) or point(base, 1.0)  # the sweep's T = 1
     c2st = {name: c2st_effect(arm, control, seed) for name, control in
             (('base', at_one), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
@@ -196,6 +210,8 @@ def main():
     p.add_argument('--steps', type=int, default=600, help="game, dpg: the trainer's steps")
     p.add_argument('--game_lr', type=float, default=1e-5, help="game, dpg: the trainer's learning rate")
     p.add_argument('--instrument', default='', help="game, dpg with an oracle: the judge that scores beside it")
+    p.add_argument('--from_mle', type=float, default=0,
+                   help="start each seed from its MLE control at these FLOPs from the base (0: from the base)")
     p.add_argument('--seeds', default='1338,2001,3001')
     p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows")
     p.add_argument('--temperatures', default='0.9,0.95,1,1.05,1.1', help="the base's sweep for the matched control")
@@ -207,13 +223,16 @@ def main():
         p.error(f"{A.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
     if not os.path.isfile(A.judge):
         p.error(f"--judge={A.judge} is no file: pass an n-gram judge's .json, a reward model or a better generator")
+    if A.from_mle < 0:
+        p.error(f"--from_mle takes the start's MLE FLOPs (0: start from the base), got {A.from_mle:g}")
     if A.channel != 'distill' and TiltSource.kind_of(A.judge) == 'exact log-ratio' and not os.path.isfile(A.instrument):
         p.error(f"--channel={A.channel} plays an oracle as train_grpo.py --reward=teacher_ratio, beside a judge that "
                 f"scores as an instrument: pass --instrument=JUDGE (an n-gram judge's .json or a reward model)")
     with open(config_path) as f:
         cfg = json.load(f)
     device = resolve_device(A.device)
-    work = os.path.join(A.run, 'channels')
+    # started from MLE controls, the arms and their own controls live apart from the base's, whose names they share
+    work = os.path.join(A.run, 'channels', f'from_mle_{A.from_mle:.4g}' if A.from_mle else '')
     os.makedirs(work, exist_ok=True)
     if A.channel == 'distill':
         tag = f'{judge_tag(A.judge)}_k{A.k}_a{A.scale:g}_w{A.windows}{KEEP_TAG[A.keep]}'
@@ -243,7 +262,8 @@ def main():
         if old.get('temperatures') != A.temperatures or 'c2st' not in old \
                 or 'distilled_calibrated' not in old['ce']:
             try:
-                record[str(seed)] = dict(seed_figures(A, cfg, base_path, work, tag, seed, device),
+                record[str(seed)] = dict(seed_figures(A, cfg, seed_start(A, cfg, base_path, seed), work, tag, seed,
+                                                      device),
                                          temperatures=A.temperatures)
             except UserError as e:
                 p.error(str(e))
@@ -268,8 +288,12 @@ def main():
           + ' | '.join(f"**{effect_text(over[k])}**" for k in (*controls, 'tilt'))
           + f" | {g[0] / g[1]:+.0%} (of the mean gains) | **{effect_text(over['both_calibrated'])}** |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
-          f"control's): {r['flops']:.3g}; the tail-calibrated temperature {A.calibrated:.3f} (the base's selection "
-          f"tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")
+          f"control's): {r['flops']:.3g}; the run's base's tail-calibrated temperature {A.calibrated:.3f} (its "
+          f"selection tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")
+    if A.from_mle:
+        print('each seed started from its MLE control (the "base" above): ' + '; '.join(
+            f"{s}: {record[s]['start']}, tail-calibrated T {record[s]['calibrated'][0]:.3f}"
+            for s in A.seeds.split(',')))
     c2st_table(record, A.seeds, arm)
 
 

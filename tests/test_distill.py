@@ -161,7 +161,8 @@ def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path
     """Channels (a) and (c), on-policy and with GDC's gated proposal: train_grpo.py from the base with the oracle's
     exact log-ratio as the reward (an n-gram judge scoring beside it), read as channel (b) is. Each game moves the
     generator towards the oracle (its val windows' cross-entropy falls); its judge-off control is the base, and the
-    MLE control is given the game's FLOPs. An oracle played without an instrument is a one-line error."""
+    MLE control is given the game's FLOPs. --from_mle starts each seed from its MLE control instead. An oracle played
+    without an instrument is a one-line error."""
     from judge import NgramJudge
     from model import load_checkpoint
     from tokenization_manager import TokenizationManager
@@ -179,17 +180,20 @@ def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path
               '--game_lr', '3e-3', '--seeds', '1', '--ppl_windows', '12', '--device', 'cpu']
     r = run_script(script, *common, '--channel', 'game')
     assert r.returncode == 2 and '--instrument' in r.stderr and 'Traceback' not in r.stderr
-    for channel, proposal in (('game', 'policy'), ('dpg', 'policy'), ('dpg', 'gated')):
+    ce_base = None
+    # the gated DPG starts from the seed's MLE control (--from_mle), its arm and controls read apart from the base's
+    for channel, proposal, from_mle in (('game', 'policy', '0'), ('dpg', 'policy', '0'), ('dpg', 'gated', '1e9')):
         r = run_script(script, *common, '--channel', channel, '--instrument', str(tmp_path / 'instrument.json'),
-                       '--proposal', proposal)
+                       '--proposal', proposal, '--from_mle', from_mle)
         assert r.returncode == 0, r.stderr[-3000:]
         digest = file_sha256(char_ckpt)[:8]
         tag = f'ckpt_{digest}_{channel}{"_gated" if proposal == "gated" else ""}_k4_a1_lr0.003_16steps'
-        record = json.loads((run / 'channels' / f'{tag}_read12.json').read_text())['1']
+        work = run / 'channels' / ('from_mle_1e+09' if from_mle != '0' else '')
+        record = json.loads((work / f'{tag}_read12.json').read_text())['1']
         ce = {k: np.mean(v) for k, v in record['ce'].items()}
         assert ce['distilled'] < ce['base'] == ce['judge_off'] and ce['tilt'] < ce['base']
         assert record['iters'] == 16 and record['kept']['judge_off'] is None and record['flops'] > 1e9
-        played = load_checkpoint(str(run / 'channels' / f'{tag}_s1.pt'))
+        played = load_checkpoint(str(work / f'{tag}_s1.pt'))
         assert played['config']['objective'] == ('dpg' if channel == 'dpg' else 'grpo')
         assert played['config']['proposal'] == proposal
         gaps = [h['proposal_gap'] for h in played['metrics']['history']]
@@ -197,6 +201,13 @@ def test_the_oracle_plays_the_tilts_game_and_dpg_through_the_same_reads(tmp_path
         assert (gaps == [None] * 16) if proposal == 'policy' else \
             played['metrics']['history'][-1]['proposal_updates'] == sum(g < 0 for g in gaps) > 0
         assert '| 1 |' in r.stdout and 'the base' in r.stdout
+        start = run / 'channels' / 'mle_at_1e+09_flops_s1.pt' if from_mle != '0' else run / 'base_model_v1.pt'
+        assert played['config']['policy_path'] == str(start) and record['start'] == str(start)
+        assert (f'1: {start}' in r.stdout) == (from_mle != '0')
+        ce_base = ce_base or ce['base']
+        assert (ce['base'] == ce_base) == (from_mle == '0')  # the MLE start reads apart from the base
+    r = run_script(script, *common, '--channel', 'dpg', '--from_mle', '-1')
+    assert r.returncode == 2 and '--from_mle takes' in r.stderr and 'Traceback' not in r.stderr
 
 
 def test_the_w_minus_1_anchor_keeps_every_candidate_and_moves_the_generator_towards_the_oracle(
