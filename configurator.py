@@ -74,7 +74,8 @@ def run_cli(main):
     finalization: gloo's worker threads can still be releasing the last collective's tensors when the interpreter
     tears down, and a thread that asks for the GIL then is unwound through C++ and aborts the rank ('terminate
     called without an active exception', SIGABRT, after all its work; PyTorch PR #179291). A two-rank DDP script
-    on 2 loaded CPU cores aborted in 13 of 50 tries, 0 of 50 with this exit (benchmarks/bench_torchrun_exit.py)."""
+    on 2 loaded CPU cores aborted in 13 of 50 tries, 0 of 50 with this exit (benchmarks/bench_torchrun_exit.py). A
+    rank that finished has already ended in runtime.Runtime.close, before main's locals were freed."""
     code = 0
     try:
         main(sys.argv[1:])
@@ -85,8 +86,13 @@ def run_cli(main):
         print("interrupted", file=sys.stderr)
         code = 130
     if launched_by_torchrun():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        end_process(code)
     if code:
         sys.exit(code)
+
+
+def end_process(code):
+    """End this process now with code, its output flushed, skipping interpreter finalization (run_cli's reason)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

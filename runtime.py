@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from configurator import UserError, launched_by_torchrun
+from configurator import UserError, end_process, launched_by_torchrun
 from data_loader import file_sha256
 from model import save_atomic
 from tracking import TRACKING_DEFAULTS
@@ -52,13 +52,18 @@ class Runtime:
         return self.rank == 0
 
     def close(self):
-        """Every rank calls this at the same point. The barrier keeps a rank that finished first from tearing down
-        its gloo connections while rank 0 still writes its outputs. Without it that rank aborted now and then
-        ('terminate called without an active exception'): 13 of 122 runs of a two-rank script on 2 CPU cores, 0
-        of 70 with it."""
+        """Every rank calls this at the same point, the end of its script. The barrier keeps a rank that finished first
+        from tearing down its gloo connections while rank 0 still writes its outputs. Without it that rank aborted
+        now and then ('terminate called without an active exception'): 13 of 122 runs of a two-rank script on 2 CPU
+        cores, 0 of 70 with it. A rank torchrun started then ends here (exit code 0, its output flushed, as run_cli
+        ends it): freeing the script's DDP model on return joins gloo's worker threads with the GIL held, while a
+        worker may still need the GIL to free the last collective's tensors, and that rank then hung for good (once
+        in a test suite's torchrun of train.py)."""
         if self.ddp and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()
+        if launched_by_torchrun():
+            end_process(0)
 
 
 def setup_runtime(device='auto', backend='auto', dtype='auto', seed=1337):

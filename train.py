@@ -193,8 +193,7 @@ def main(argv):
     if C.val_ppl not in VAL_PPL_WHEN:
         raise UserError(f"--val_ppl={C.val_ppl!r} is not one of {', '.join(VAL_PPL_WHEN)}")
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
-    if C.gradient_accumulation_steps % rt.world_size:
-        rt.close()
+    if C.gradient_accumulation_steps % rt.world_size:  # every rank stops here (run_cli ends it, code 2)
         raise UserError(f"gradient_accumulation_steps {C.gradient_accumulation_steps} must divide by the "
                         f"{rt.world_size} processes (each runs an equal share): pass "
                         f"--gradient_accumulation_steps={rt.world_size * max(1, C.gradient_accumulation_steps // rt.world_size)}")

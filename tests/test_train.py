@@ -144,6 +144,33 @@ def test_a_torchrun_rank_ends_without_interpreter_teardown(tmp_path, argv, code)
     assert ('error: bad value: use another' in r.stderr) == bool(code)
 
 
+RANK_WHOSE_LOCALS_HANG_WHEN_FREED = '''
+import time
+from configurator import run_cli
+from runtime import Runtime
+class FreedOnReturn:  # stands in for a DDP model whose freeing joined gloo's workers with the GIL held, and hung
+    def __del__(self):
+        time.sleep(3600)
+def main(argv):
+    held = FreedOnReturn()
+    rt = Runtime('cpu', 'cpu', None, None)
+    print('outputs written', end='')
+    rt.close()
+    print(' after close', end='')
+run_cli(main)
+'''
+
+
+def test_a_torchrun_rank_ends_at_runtime_close_before_its_locals_are_freed(tmp_path):
+    """Runtime.close ends a rank torchrun started, so nothing of its script is freed after it: a train.py rank once
+    hung for good there, its DDP model's destructor joining a gloo worker that waited for the GIL. Without the exit in
+    close this run never ends; the output before close arrives, nothing after it runs, and the exit code is 0."""
+    script = tmp_path / 'rank.py'
+    script.write_text(RANK_WHOSE_LOCALS_HANG_WHEN_FREED)
+    r = run_script(str(script), env={'RANK': '1', 'PYTHONPATH': str(ROOT)}, timeout=60)
+    assert r.returncode == 0 and r.stdout == 'outputs written', r.stderr[-2000:]
+
+
 def test_sample_uses_checkpoint_tokenization(char_ckpt):
     r = run_script('sample.py', f'--ckpt_path={char_ckpt}', '--start=KING:', '--num_samples=2', '--max_new_tokens=40',
                    '--device=cpu')
