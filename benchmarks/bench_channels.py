@@ -43,6 +43,7 @@ train_grpo.py --reward=teacher_ratio, with --instrument, a judge, scoring beside
 Everything is written under RUN/channels/ (tilt windows, checkpoints, one record a setting) and reused by a rerun.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -128,6 +129,12 @@ def game_arms(A, cfg, base_path, work, tag, seed):
     return dict(distilled=out, judge_off=base_path), len(m['history']), m['flops'] + m['teacher_flops'], {}
 
 
+@functools.cache
+def start_calibration(start, dataset, device):
+    """shared.base_calibrated_temperature of a start (the base, or an MLE start), read once a run."""
+    return base_calibrated_temperature(start, dataset, device)
+
+
 def seed_start(A, cfg, base_path, seed):
     """The seed's start: the base, or (--from_mle) the seed's MLE control at A.from_mle FLOPs from the base."""
     if not A.from_mle:
@@ -143,7 +150,7 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
         A, cfg, base_path, work, tag, seed)
     flops = A.judge_flops + arm_flops  # what the MLE control is given
     paths['mle'] = mle_control(cfg, base_path, flops, os.path.join(work, f'mle_at_{flops:.4g}_flops_s{seed}.pt'), seed)
-    calibrated, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
+    calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
     return dict(read_seed(A, cfg, paths, base_path, seed, device, calibrated), iters=iters, flops=flops,
                 calibrated=[calibrated, tail_ppl, tail_ppl_1], start=base_path, **tilt_figures)
 
@@ -247,7 +254,7 @@ def main():
         with open(record_path) as f:
             record = json.load(f)
     try:
-        A.calibrated, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
+        A.calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
     controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle')  # what the arm is read against
