@@ -135,12 +135,17 @@ def start_calibration(start, dataset, device):
     return base_calibrated_temperature(start, dataset, device)
 
 
+def mle_path(folder, flops, seed):
+    """Where the MLE control of a seed at these FLOPs is written (and found again: a --from_mle start reuses the
+    base's own MLE control of those FLOPs)."""
+    return os.path.join(folder, f'mle_at_{flops:.4g}_flops_s{seed}.pt')
+
+
 def seed_start(A, cfg, base_path, seed):
     """The seed's start: the base, or (--from_mle) the seed's MLE control at A.from_mle FLOPs from the base."""
     if not A.from_mle:
         return base_path
-    return mle_control(cfg, base_path, A.from_mle,
-                       os.path.join(A.run, 'channels', f'mle_at_{A.from_mle:.4g}_flops_s{seed}.pt'), seed)
+    return mle_control(cfg, base_path, A.from_mle, mle_path(os.path.join(A.run, 'channels'), A.from_mle, seed), seed)
 
 
 def seed_figures(A, cfg, base_path, work, tag, seed, device):
@@ -149,7 +154,7 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
     paths, iters, arm_flops, tilt_figures = (distill_arms if A.channel == 'distill' else game_arms)(
         A, cfg, base_path, work, tag, seed)
     flops = A.judge_flops + arm_flops  # what the MLE control is given
-    paths['mle'] = mle_control(cfg, base_path, flops, os.path.join(work, f'mle_at_{flops:.4g}_flops_s{seed}.pt'), seed)
+    paths['mle'] = mle_control(cfg, base_path, flops, mle_path(work, flops, seed), seed)
     calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
     return dict(read_seed(A, cfg, paths, base_path, seed, device, calibrated), iters=iters, flops=flops,
                 calibrated=[calibrated, tail_ppl, tail_ppl_1], start=base_path, **tilt_figures)
@@ -254,7 +259,7 @@ def main():
         with open(record_path) as f:
             record = json.load(f)
     try:
-        A.calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
+        calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
     controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle')  # what the arm is read against
@@ -295,7 +300,7 @@ def main():
           + ' | '.join(f"**{effect_text(over[k])}**" for k in (*controls, 'tilt'))
           + f" | {g[0] / g[1]:+.0%} (of the mean gains) | **{effect_text(over['both_calibrated'])}** |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
-          f"control's): {r['flops']:.3g}; the run's base's tail-calibrated temperature {A.calibrated:.3f} (its "
+          f"control's): {r['flops']:.3g}; the run's base's tail-calibrated temperature {calibrated:.3f} (its "
           f"selection tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")
     if A.from_mle:
         print('each seed started from its MLE control (the "base" above): ' + '; '.join(
