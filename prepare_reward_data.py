@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from configurator import UserError, run_cli
+from configurator import UserError, parse_checked, run_cli
 from data_loader import file_sha256, generator_train_tokens, load_token_splits, replace_dir
 from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, format_problems
@@ -38,6 +38,13 @@ FORMAT_VERSION = 3  # 2: blocks drawn from the whole split, offsets in {split}_b
 # blocks themselves in {split}_natural.bin, each sample's natural counterpart (pairwise judges)
 MAX_ATTEMPTS = 3
 SELECT_SEED = 10 ** 9  # the select split's sampling seed is SELECT_SEED + --seed (train and val: 2 seed, 2 seed + 1)
+
+
+# each number's range, checked (configurator.parse_checked) before anything is read; the relations that need the
+# model (crossover_k and block_size within its block) are RewardDataConfig.validate's
+RANGES = dict(train_split='(0, 1)', split_block='>= 0', samples_per_chunk='>= 1', temperature='> 0', top_k='>= 1',
+              seed='>= 0', block_size='>= 2', batch_size='>= 1', crossover_k='>= 0', exclude_eval_windows='>= 0',
+              eval_seed='>= 0', select_blocks='>= 0', max_blocks='>= 1')
 
 
 def parse_args(argv):
@@ -71,7 +78,7 @@ def parse_args(argv):
                    help="n > 0: n blocks of the generator's train tokens, never in the train split, make a 'select' "
                         "split the judge selects its checkpoint on (0: it selects on half of val)")
     p.add_argument('--max_blocks', type=int, default=d.max_blocks, help="at most this many blocks per split, drawn at random from all of it (default: every block)")
-    return RewardDataConfig(**vars(p.parse_args(argv)))
+    return RewardDataConfig(**vars(parse_checked(p, argv, RANGES)))
 
 
 def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng, crossover_k=0, exclude=()):

@@ -38,7 +38,7 @@ from worth import effective_sample_size
 # -----------------------------------------------------------------------------
 model_path = ''  # the generator (base) checkpoint
 judge = ''  # a reward model, an n-gram judge's .json, a better generator's checkpoint, or 'none' (judge-off)
-scale = 1.0  # a: the tilt pi·e^{a·f}
+scale = 1.0  # a: the tilt pi·e^{a·f} (0: the generator's own candidates, kept uniformly)
 k = 8  # candidates a prompt, one kept
 keep = 'one'  # 'one': one candidate a prompt kept ∝ e^{a·f}; 'all': every candidate, weighted w - 1
 windows = 5000  # prompts (natural train windows), one kept window each
@@ -49,6 +49,9 @@ batch_prompts = 128  # prompts sampled together (x k candidates)
 device = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
+# each number's range and the relations between them, checked by the configurator before anything is read or written
+RANGES = dict(scale='>= 0', k='>= 1', windows='>= 1', length='>= 0', batch_prompts='>= 1', seed='>= 0')
+RELATIONS = ((f'length == 0 or length > {PROMPT_LEN}', f"a window holds its {PROMPT_LEN}-token prompt and more"),)
 DEFAULTS = config_defaults(globals())
 
 
@@ -62,8 +65,6 @@ def check(C, block_size):
                         f"generator, or none (the judge-off control)")
     if C.keep not in ('one', 'all'):
         raise UserError(f"--keep={C.keep!r} is not one of one, all")
-    if C.k < 1 or C.windows < 1 or C.batch_prompts < 1:
-        raise UserError("--k, --windows and --batch_prompts must be at least 1")
     if not PROMPT_LEN < (C.length or block_size) <= block_size:
         raise UserError(f"--length must lie in ({PROMPT_LEN}, {block_size}] (the prompt is {PROMPT_LEN} tokens, the "
                         f"generator's block {block_size}), got {C.length}")
@@ -97,7 +98,7 @@ def tilt_rows(C, model, source, prompts, n_tokens, K, gen, rng):
 
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
+    C = configure(DEFAULTS, argv, RANGES, RELATIONS)
     ckpt = load_checkpoint(C.model_path) if os.path.isfile(C.model_path) else None
     check(C, ckpt['model_args']['block_size'] if ckpt else 0)
     device = resolve_device(C.device)

@@ -49,7 +49,8 @@ class RewardDataConfig:
         return os.path.dirname(os.path.abspath(path)) if path else None
 
     def validate(self):
-        """All problems as (error, suggestion) pairs; empty when the config is usable."""
+        """All problems as (error, suggestion) pairs; empty when the config is usable. The numbers' own ranges
+        (prepare_reward_data.RANGES) are checked before, as the CLI parses them."""
         problems = []
 
         def bad(error, suggestion):
@@ -93,26 +94,6 @@ class RewardDataConfig:
             bad("--meta_path does not belong to --tokenization bpe", "drop --meta_path, or use --tokenization char")
         if self.meta_path and not os.path.isfile(self.meta_path):
             bad(f"meta file not found: {self.meta_path}", "pass the meta.pkl written by the char prepare.py")
-        if self.split_block < 0:
-            bad(f"--split_block must be >= 0, got {self.split_block}", "use the --split_block the data was prepared with")
-        if not 0 < self.train_split < 1:
-            bad(f"--train_split must be in (0, 1), got {self.train_split}", "use e.g. --train_split 0.9 (the prepare scripts' split)")
-        if not self.temperature > 0:
-            bad(f"--temperature must be > 0, got {self.temperature}", "use e.g. --temperature 1.0")
-        if self.top_k is not None and self.top_k < 1:
-            bad(f"--top_k must be >= 1, got {self.top_k}", "use a positive --top_k, or leave it out to sample from all tokens")
-        if self.samples_per_chunk < 1:
-            bad(f"--samples_per_chunk must be >= 1, got {self.samples_per_chunk}", "use e.g. --samples_per_chunk 10")
-        if self.batch_size < 1:
-            bad(f"--batch_size must be >= 1, got {self.batch_size}", "use e.g. --batch_size 512")
-        if self.max_blocks is not None and self.max_blocks < 1:
-            bad(f"--max_blocks must be >= 1, got {self.max_blocks}", "leave it out to use every block")
-        if self.select_blocks < 0:
-            bad(f"--select_blocks must be >= 0, got {self.select_blocks}", "leave it out (0) to select on half of val")
-        if self.exclude_eval_windows < 0:
-            bad(f"--exclude_eval_windows must be >= 0, got {self.exclude_eval_windows}", "leave it out (0)")
-        if self.crossover_k < 0:
-            bad(f"--crossover_k must be >= 0, got {self.crossover_k}", "leave it out (0) to draw K ~ U[1, N-1]")
         N = self.block_size or (ckpt['model_args']['block_size'] if ckpt is not None else None)
         if N is not None and self.crossover_k >= N:
             bad(f"--crossover_k must be below the block size {N}, got {self.crossover_k}",

@@ -172,6 +172,32 @@ control_temperatures = '0.6,0.7,0.8,0.9,1.0'  # the previous base's temperature 
 patience = 0
 min_delta = 0.0
 # -----------------------------------------------------------------------------
+# each number's range and the relations between them, checked by the configurator before anything is read or written
+# (a stage's option has its script's range)
+RANGES = dict(num_cycles='>= 0', seed='>= 0', sample_temperature='> 0', sample_top_k='>= 1',
+              n_layer='>= 1', n_head='>= 1', n_embd='>= 1', block_size='>= 1', batch_size='>= 1', dropout='[0, 1)',
+              base_max_iters='>= 1', base_learning_rate='> 0', base_eval_interval='>= 1', base_eval_iters='>= 1',
+              base_patience='>= 0', base_min_delta='>= 0', base_select_tokens='>= 0', base_min_lr='>= 0',
+              mle_learning_rate='>= 0', base_hold_iters='>= 0',
+              reward_max_blocks='>= 1', reward_samples_per_chunk='>= 1', reward_max_iters='>= 0',
+              reward_head_hidden_dim='>= 1', reward_unfreeze_layers='>= -1', reward_learning_rate='> 0',
+              reward_batch_size='>= 1', reward_eval_interval='>= 1', reward_crossover_k='>= 0',
+              reward_max_epochs='>= 0',
+              grpo_max_steps='>= 1', grpo_prompts_per_step='>= 1', grpo_num_generations='>= 2',
+              grpo_learning_rate='> 0', grpo_beta='>= 0', grpo_num_iterations='>= 1', grpo_max_kl='>= 0',
+              grpo_eval_interval='>= 1', grpo_judge_update_interval='>= 0', grpo_judge_steps='>= 1',
+              grpo_judge_learning_rate='> 0', grpo_judge_replay='>= 0', grpo_judge_unfreeze_layers='>= -1',
+              grpo_judge_warmup_steps='>= 0', grpo_judge_natural_windows='>= 0', grpo_referee_samples='0 or >= 2',
+              grpo_nll_weight='>= 0', grpo_reward_scale='> 0', grpo_token_discount='[0, 1]',
+              grpo_teacher_kl_weight='>= 0', trainer_seed='>= 0',
+              spin_max_steps='>= 1', spin_batch_size='>= 1', spin_learning_rate='> 0', spin_beta='> 0',
+              spin_nll_weight='>= 0', spin_opponent_mix='[0, 1]',
+              eval_num_samples='>= 2', judge_seeds='>= 0', judge_max_blocks='>= 1', judge_samples_per_chunk='>= 1',
+              judge_max_iters='>= 0', judge_learning_rate='> 0', tilt_k='0 or >= 2', tilt_scale='>= 0',
+              control_temperatures='each > 0', patience='>= 0', min_delta='>= 0')
+RELATIONS = (('base_min_lr <= base_learning_rate', "base v1's cosine decays from base_learning_rate down to "
+              "base_min_lr"),
+             ('n_embd % n_head == 0', "each head takes an equal share of the embedding"))
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # each trainer stage logs to one group (tracking.py)
 
 
@@ -437,16 +463,13 @@ def prepared_data(C, logs):
 
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
+    C = configure(DEFAULTS, argv, RANGES, RELATIONS)
     if C.trainer not in ('grpo', 'spin'):
         raise UserError(f"trainer must be 'grpo' or 'spin', got {C.trainer!r}")
     if C.judge_recipe not in FRESH_JUDGE_FIGURES:
         raise UserError(f"judge_recipe must be one of {sorted(FRESH_JUDGE_FIGURES)}, got {C.judge_recipe!r}")
     select_args(C)  # a selection pass without held-out tokens fails here, before anything is written
-    try:
-        temps = sorted({float(t) for t in C.control_temperatures.split(',')})
-    except ValueError:
-        raise UserError(f"control_temperatures takes comma-separated numbers, got {C.control_temperatures!r}") from None
+    temps = sorted({float(t) for t in C.control_temperatures.split(',')})  # checked by configure
     os.makedirs(C.out_dir, exist_ok=True)
     out = os.path.abspath(C.out_dir)
     logs = os.path.join(out, 'logs')

@@ -23,25 +23,24 @@ ckpt_path = 'out-shakespeare-char/ckpt.pt'
 start = '\n'  # or "FILE:prompt.txt"
 num_samples = 3
 max_new_tokens = 300
-temperature = 0.8  # > 0; lower is more conservative
+temperature = 0.8  # lower is more conservative
 top_k = 200  # keep only the top_k most likely tokens (None: all)
 seed = 1337
 device = 'auto'
 judge = ''  # a reward model, or an n-gram judge's .json (train_grpo.py --judge=ngram saves one): sample the tilt
 resample = 1  # candidates drawn per sample, one kept (K)
-judge_scale = 1.0  # the tilt pi·e^{judge_scale·f}
+judge_scale = 1.0  # the tilt pi·e^{judge_scale·f} (0: the generator's own law)
 best_of = False  # keep the candidate the judge likes best instead of resampling (best-of-K)
 # -----------------------------------------------------------------------------
+# each number's range, checked by the configurator before anything is read
+RANGES = dict(num_samples='>= 1', max_new_tokens='>= 1', temperature='> 0', top_k='>= 1', seed='>= 0',
+              resample='>= 1', judge_scale='>= 0')
 DEFAULTS = config_defaults(globals())
 
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
-    if C.temperature <= 0:
-        raise UserError(f"--temperature must be > 0, got {C.temperature}")
-    if C.top_k is not None and C.top_k < 1:
-        raise UserError(f"--top_k must be >= 1 or None, got {C.top_k}")
-    if C.resample < 1 or (C.resample > 1) != bool(C.judge):
+    C = configure(DEFAULTS, argv, RANGES)
+    if (C.resample > 1) != bool(C.judge):
         raise UserError("--resample K > 1 draws K candidates for a --judge to choose among: pass both, K >= 2")
     dev = resolve_device(C.device)
     ckpt = load_checkpoint(C.ckpt_path)

@@ -51,7 +51,7 @@ dropout = 0.0
 bias = True
 # adamw optimizer
 learning_rate = 6e-4
-max_iters = 600000
+max_iters = 600000  # 0: evaluate the start, save it and stop
 weight_decay = 1e-1
 beta1 = 0.9
 beta2 = 0.95
@@ -87,6 +87,16 @@ dtype = 'auto'  # 'auto' = bfloat16/float16 autocast on CUDA, float32 on CPU
 compile = True  # torch.compile, on CUDA only
 seed = 1337
 # -----------------------------------------------------------------------------
+# each number's range and the relations between them, checked by the configurator before anything is read or written
+RANGES = dict(eval_interval='>= 1', log_interval='>= 1', eval_iters='>= 1',  # I/O
+              gradient_accumulation_steps='>= 1', batch_size='>= 1', block_size='>= 1',  # data
+              n_layer='>= 1', n_head='>= 1', n_embd='>= 1', dropout='[0, 1)',  # model
+              learning_rate='> 0', max_iters='>= 0', weight_decay='>= 0', beta1='[0, 1)', beta2='[0, 1)',
+              grad_clip='>= 0', warmup_iters='>= 0', lr_decay_iters='>= 0', min_lr='>= 0',  # optimizer and schedule
+              patience='>= 0', min_delta='>= 0', select_tokens='>= 0', mix_fraction='(0, 1]', ppl_max_tokens='>= 0',
+              seed='>= 0')
+RELATIONS = (('not decay_lr or min_lr <= learning_rate', "the cosine decays from learning_rate down to min_lr"),
+             ('n_embd % n_head == 0', "each head takes an equal share of the embedding"))
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 VAL_PPL_WHEN = ('every_eval', 'end', 'off')
 
@@ -153,8 +163,6 @@ def load_mix(C, tokenizer):
     if meta['vocab_size'] != tokenizer.vocab_size or meta['length'] - 1 > C.block_size:
         raise UserError(f"{C.mix_dir}'s windows (vocab {meta['vocab_size']}, {meta['length']} tokens) do not fit this "
                         f"run (vocab {tokenizer.vocab_size}, block {C.block_size}): make them with this run's generator")
-    if not 0 < C.mix_fraction <= 1:
-        raise UserError(f"--mix_fraction must lie in (0, 1], got {C.mix_fraction}")
     windows = np.fromfile(os.path.join(C.mix_dir, 'windows.bin'), dtype=np.uint16).reshape(-1, meta['length'])
     weights_path = os.path.join(C.mix_dir, 'weights.bin')
     weights = torch.from_numpy(np.fromfile(weights_path, dtype=np.float32)) if os.path.isfile(weights_path) else None
@@ -186,7 +194,7 @@ def weighted_loss(model, x, y, w):
 
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
+    C = configure(DEFAULTS, argv, RANGES, RELATIONS)
     if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
         raise UserError(f"init_from must be 'scratch', 'resume', a checkpoint path, one of {', '.join(GPT2_NAMES)} or "
                         f"a Hugging Face model directory; {C.init_from!r} is none of them")

@@ -151,7 +151,7 @@ epsilon_high = None  # None: epsilon
 beta = 0.04  # KL penalty weight (0: no reference model unless max_kl needs one)
 num_iterations = 1  # mu: optimizer passes over each batch of rollouts
 # optimizer
-learning_rate = 1e-5
+learning_rate = 1e-5  # 0: the policy stays as it starts (the judge and the instruments alone move)
 weight_decay = 0.0
 beta1 = 0.9
 beta2 = 0.99
@@ -207,6 +207,21 @@ device = 'auto'
 dtype = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
+# each number's range and the relations between them, checked by the configurator before anything is read or written
+RANGES = dict(teacher_kl_weight='>= 0', reward_scale='> 0', law_positions='>= 0',  # the reward
+              max_steps='>= 1', prompts_per_step='>= 1', num_generations='>= 2', min_prompt_len='>= 1',  # rollouts
+              max_prompt_len='>= 0', temperature='> 0', top_k='>= 1',
+              token_discount='[0, 1]', epsilon='(0, 1)', epsilon_high='> 0', beta='>= 0', num_iterations='>= 1',
+              learning_rate='>= 0', weight_decay='>= 0', beta1='[0, 1)', beta2='[0, 1)', grad_clip='>= 0',  # optimizer
+              warmup_steps='>= 0',
+              reward_threshold='[0, 1]', reward_window='>= 1', patience='>= 0', min_delta='>= 0', max_kl='>= 0',
+              judge_update_interval='>= 0', judge_steps='>= 1', judge_learning_rate='> 0', judge_batch_size='>= 1',
+              judge_replay='>= 0', judge_unfreeze_layers='>= -1', judge_warmup_steps='>= 0',
+              judge_natural_windows='>= 0', nll_weight='>= 0',
+              eval_interval='>= 1', ppl_max_tokens='>= 0', num_log_samples='>= 0', referee_samples='0 or >= 2',
+              referee_seed='>= 0', seed='>= 0')
+RELATIONS = (('max_prompt_len == 0 or min_prompt_len <= max_prompt_len', "a prompt is min_prompt_len to "
+              "max_prompt_len tokens long"),)
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
@@ -452,19 +467,15 @@ def check_config(C):
     if C.proposal not in ('policy', 'gated') or (C.proposal == 'gated' and C.objective != 'dpg'):
         raise UserError(f"proposal must be 'policy' or 'gated' (got {C.proposal!r}); 'gated' draws dpg's rollouts: "
                         "pass it with --objective=dpg")
-    if C.law_positions < 0 or (C.law_positions and C.objective != 'judge_teacher'):
-        raise UserError("--law_positions picks the positions judge_teacher's law is read at: pass it (>= 0) with "
+    if C.law_positions and C.objective != 'judge_teacher':
+        raise UserError("--law_positions picks the positions judge_teacher's law is read at: pass it with "
                         "--objective=judge_teacher")
     if C.token_advantages and C.reward == 'known_words':
         raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
-    if C.num_generations < 2 or C.temperature <= 0 or C.num_iterations < 1 or C.eval_interval < 1:
-        raise UserError("num_generations must be >= 2, temperature > 0, num_iterations >= 1 and eval_interval >= 1")
     if C.sampler not in SAMPLERS:
         raise UserError(f"sampler must be one of {', '.join(SAMPLERS)}, got {C.sampler!r}")
-    if C.judge_update_interval < 0 or C.judge_steps < 1 or C.judge_replay < 0 or C.judge_batch_size < 1:
-        raise UserError("judge_update_interval and judge_replay must be >= 0, judge_steps and judge_batch_size >= 1")
     if C.arm_log and not C.judge_off:
         raise UserError("arm_log sets the judge-off control's steps: pass it with --judge_off=True")
     if C.reward_shuffle and (C.judge_off or C.token_advantages or C.objective == 'judge_teacher'):
@@ -476,10 +487,8 @@ def check_config(C):
     if C.judge_natural_windows and (not C.judge_update_interval or C.judge_loss == 'pairwise'):
         raise UserError("judge_natural_windows feeds the online judge's pointwise loss: pass it with "
                         "--judge_update_interval=1 (or k) and a judge_loss other than pairwise")
-    if C.judge_natural_windows < 0 or C.judge_loss not in ('', 'mse', 'ce', 'pairwise', 'binary') \
-            or C.judge_warmup_steps < 0 or C.judge_unfreeze_layers < -1:
-        raise UserError("judge_loss must be '', mse, ce, pairwise or binary, judge_natural_windows and "
-                        "judge_warmup_steps >= 0 and judge_unfreeze_layers >= -1")
+    if C.judge_loss not in ('', 'mse', 'ce', 'pairwise', 'binary'):
+        raise UserError(f"judge_loss must be '', mse, ce, pairwise or binary, got {C.judge_loss!r}")
 
 
 def arm_steps(path):
@@ -1226,7 +1235,7 @@ def finished_here(run):
 # -----------------------------------------------------------------------------
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
+    C = configure(DEFAULTS, argv, RANGES, RELATIONS)
     check_config(C)
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     if C.prompts_per_step % rt.world_size:

@@ -60,7 +60,7 @@ weight_decay = 0.0
 beta1 = 0.9
 beta2 = 0.99
 grad_clip = 1.0  # 0 disables
-max_iters = 3000  # optimizer steps
+max_iters = 3000  # optimizer steps (0: the untrained head, saved as it is: a blind judge)
 max_epochs = 0  # stop after this many passes over the train split too (0: no limit)
 eval_interval = 100
 patience = 8  # evaluations without an improvement of at least min_delta in val loss (0 disables)
@@ -72,6 +72,11 @@ device = 'auto'
 dtype = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
+# each number's range, checked by the configurator before anything is read or written
+RANGES = dict(reward_head_hidden_dim='>= 1', unfreeze_layers='>= -1', batch_size='>= 1', learning_rate='> 0',
+              weight_decay='>= 0', beta1='[0, 1)', beta2='[0, 1)', grad_clip='>= 0', max_iters='>= 0',
+              max_epochs='>= 0', eval_interval='>= 1', patience='>= 0', min_delta='>= 0', feature_batch_size='>= 1',
+              seed='>= 0')
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
@@ -213,7 +218,7 @@ def summarize(C, model, trunk_before, iter_num, epochs, elapsed, stop_reason, be
 
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
+    C = configure(DEFAULTS, argv, RANGES)
     check_config(C)
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     src, tokenization, datasets, model = load_judge(C, rt)

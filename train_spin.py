@@ -68,6 +68,13 @@ backend = 'auto'
 dtype = 'auto'
 seed = 1337
 # -----------------------------------------------------------------------------
+# each number's range and the relations between them, checked by the configurator before anything is read or written
+RANGES = dict(max_steps='>= 1', batch_size='>= 1', min_prompt_len='>= 1', max_prompt_len='>= 0', temperature='> 0',
+              top_k='>= 1', beta='> 0', nll_weight='>= 0', opponent_mix='[0, 1]', learning_rate='> 0',
+              weight_decay='>= 0', beta1='[0, 1)', beta2='[0, 1)', grad_clip='>= 0', warmup_steps='>= 0',
+              eval_interval='>= 1', eval_prompts='>= 1', ppl_max_tokens='>= 0', seed='>= 0')
+RELATIONS = (('max_prompt_len == 0 or min_prompt_len <= max_prompt_len', "a prompt is min_prompt_len to "
+              "max_prompt_len tokens long"),)
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # + wandb_log, tensorboard_log, ... (tracking.py)
 
 
@@ -120,13 +127,13 @@ def load_policy(C, rt):
 
 
 def main(argv):
-    C = configure(DEFAULTS, argv)
+    C = configure(DEFAULTS, argv, RANGES, RELATIONS)
     if not C.policy_path:
         raise UserError("pass --policy_path=PATH (the generator to improve)")
-    if C.loss_type not in ('sigmoid', 'hinge') or C.beta <= 0 or C.temperature <= 0:
-        raise UserError("loss_type must be sigmoid|hinge, beta > 0 and temperature > 0")
-    if not 0 <= C.opponent_mix <= 1 or (C.opponent_mix > 0 and not C.opponent_paths):
-        raise UserError("opponent_mix must lie in [0, 1] and needs --opponent_paths=EARLIER.pt[,...]")
+    if C.loss_type not in ('sigmoid', 'hinge'):
+        raise UserError(f"loss_type must be sigmoid or hinge, got {C.loss_type!r}")
+    if C.opponent_mix > 0 and not C.opponent_paths:
+        raise UserError("opponent_mix needs --opponent_paths=EARLIER.pt[,...]")
     rt = setup_runtime(C.device, C.backend, C.dtype, C.seed)
     ckpt, policy, opponents = load_policy(C, rt)
     reference = opponents[0]

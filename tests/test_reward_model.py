@@ -118,7 +118,7 @@ def test_a_judge_trains_its_whole_network_or_starts_from_random_weights(tmp_path
     for k in ('transformer.wte.weight', 'transformer.h.0.mlp.c_fc.weight'):
         assert base['model'][k].shape == rand['model'][k].shape and not torch.equal(base['model'][k], rand['model'][k])
     r = run_script('train_reward_model.py', f'--model_path={char_ckpt}', f'--data_dir={char_reward}',
-                   f'--out_path={tmp_path / "x.pt"}', '--device=cpu', '--unfreeze_layers=-2')
+                   f'--out_path={tmp_path / "x.pt"}', '--device=cpu', '--unfreeze_layers=5')
     assert r.returncode == 2 and 'unfreeze_layers must be in [-1, 2]' in r.stderr and 'Traceback' not in r.stderr
 
 
