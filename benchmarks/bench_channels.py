@@ -24,7 +24,9 @@ Then, for each seed:
      training;
   2. every model read on the seed's own --ppl_windows val windows (two_sample.eval_windows): cross-entropy of the
      completion after the prompt, and the tilt's own (tilt.tilt_cross_entropy, conservative, at --k), so that the
-     gain retained = (CE_base - CE_arm) / (CE_base - CE_tilt) is read on the same windows; and the matched
+     gain retained = (CE_base - CE_arm) / (CE_base - CE_tilt) is read on the same windows (biased up: CE_tilt is
+     the tilt's conservative cross-entropy, which understates the tilt's gain, so the ratio overstates the share an
+     arm kept; '–' where the tilt gains nothing, retained_text); and the matched
      temperature control, the base at the temperature whose sample entropy on the seed's other prompts is the
      arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep); and the
      tail-calibrated control, the base at the temperature that its held-out selection tail reads best
@@ -292,13 +294,13 @@ def main():
               f"{r['matched_temperature']:.3f}{' (outside the sweep)' if r['outside_sweep'] else ''} | "
               f"{', '.join('{}/{}'.format(*r['kept'][a]) if r['kept'][a] else 'the base' for a in ARMS)} | "
               + ' | '.join(effect_text(row[k]) for k in (*controls, 'tilt'))
-              + f" | {gains[-1][0] / gains[-1][1]:+.0%} | {effect_text(row['both_calibrated'])} "
+              + f" | {retained_text(*gains[-1])} | {effect_text(row['both_calibrated'])} "
               f"({r['arm_calibrated_temperature']:.3f}) |")
     over = {k: seed_effect(v, PPL_MARGIN) for k, v in effects.items()}
     g = np.asarray(gains).mean(0)
     print(f"| **over {len(gains)} seeds** | | | | "
           + ' | '.join(f"**{effect_text(over[k])}**" for k in (*controls, 'tilt'))
-          + f" | {g[0] / g[1]:+.0%} (of the mean gains) | **{effect_text(over['both_calibrated'])}** |")
+          + f" | {retained_text(*g)} (of the mean gains) | **{effect_text(over['both_calibrated'])}** |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
           f"control's): {r['flops']:.3g}; the run's base's tail-calibrated temperature {calibrated:.3f} (its "
           f"selection tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")
@@ -307,6 +309,12 @@ def main():
             f"{s}: {record[s]['start']}, tail-calibrated T {record[s]['calibrated'][0]:.3f}"
             for s in A.seeds.split(',')))
     c2st_table(record, A.seeds, arm)
+
+
+def retained_text(arm_gain, tilt_gain):
+    """The share of its tilt's gain an arm kept (nats a token each, over the base), or '–' where the tilt gained
+    nothing: no share of nothing. Biased up: the tilt's gain is its conservative one (tilt.py), an underestimate."""
+    return f"{arm_gain / tilt_gain:+.0%}" if tilt_gain > 0 else '–'
 
 
 def c2st_table(record, seeds, arm):

@@ -61,7 +61,8 @@ play() {
 }
 
 read_games() {
-  local name control pid pids status
+  local name control pid status
+  pids=()  # the reads running side by side, seen by stop
   for name in "$@"; do
     # the shuffled control first, alone: it finishes any arm cut short, which the other controls then only read
     # (bench_share.py trains a run under a lock, so two reads never resume one arm in two processes)
@@ -86,9 +87,19 @@ read_games() {
   done
 }
 
-stop() {  # stop ARM CONTROL: a read failed; say which, and stop before any other read
+stop() {  # stop ARM CONTROL: a read failed; say which, end the reads still running side by side (read_games'
+  # pids, every process under each) and wait for them, so that none trains on after the script has stopped
+  local pid
   echo "plateau_game.sh: the $2 read of $1 failed (its output is above): fix it, then rerun 'read $1'" >&2
+  for pid in ${pids[@]+"${pids[@]}"}; do kill_tree "$pid"; done
+  for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid" 2>/dev/null; done
   exit 1
+}
+
+kill_tree() {  # kill_tree PID: the process and all its descendants, the deepest first
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null
 }
 
 read_control() {  # read_control ARM CONTROL: bench_share's table for one arm against one control; its exit status

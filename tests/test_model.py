@@ -212,6 +212,7 @@ def test_static_decode_takes_any_integer_prompt_and_reuses_its_buffers(dtype):
     import model
     torch.manual_seed(0)
     m = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=32)).eval()
+    kept = []
     for call in range(2):
         g = torch.Generator().manual_seed(call)
         idx = torch.randint(0, 50, (4, 12), generator=g)
@@ -221,6 +222,8 @@ def test_static_decode_takes_any_integer_prompt_and_reuses_its_buffers(dtype):
         fast = m.generate(idx.to(dtype), 28, generator=torch.Generator().manual_seed(9), sampler='static', **kw)
         assert fast.dtype == torch.long and torch.equal(eager, fast)
         assert len(model._decoders[m]['decoders']) == 1
+        kept.append(next(iter(model._decoders[m]['decoders'].values())))
+    assert kept[0] is kept[1]  # the second call replayed the first call's decoder, not one built anew
     with pytest.raises(ValueError, match='integer token ids'):
         m.generate(idx.float(), 5)
 

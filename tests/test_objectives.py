@@ -363,6 +363,30 @@ def test_the_plateau_games_read_stops_when_the_shuffled_read_fails(plateau_run, 
     assert not list(out.glob('read_*'))  # no other control was started
 
 
+def test_a_failed_parallel_read_ends_the_reads_beside_it(tmp_path):
+    """PARALLEL=1: when one control's read fails, stop ends the reads still running beside it (every process under
+    each) and waits for them, so none trains on after the script has exited. The reads are stand-ins: the base read
+    fails at once, the temperature and MLE reads would run for minutes."""
+    import subprocess
+    import time
+    from conftest import ROOT
+    py, started = tmp_path / 'py', tmp_path / 'started'
+    py.write_text('#!/usr/bin/env bash\ncase " $* " in\n  *" --control shuffled "*) exit 0 ;;\n'
+                  '  *" --control base "*) sleep 1; echo broken >&2; exit 3 ;;\nesac\n'
+                  f'sleep 300 & echo $! >> {started}\nwait\n')
+    py.chmod(0o755)
+    env = dict(os.environ, RUN=str(tmp_path / 'run'), OUT=str(tmp_path / 'out'), PARALLEL='1', PY=str(py))
+    t0 = time.time()
+    r = subprocess.run(['bash', 'benchmarks/plateau_game.sh', 'read', 'ngram_frozen'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and 'the base read of ngram_frozen failed' in r.stderr, r.stderr
+    sleepers = [int(pid) for pid in started.read_text().split()]
+    assert len(sleepers) == 2 and time.time() - t0 < 60
+    for pid in sleepers:  # each gone, or a zombie that no one reaps (here PID 1 may not)
+        state = subprocess.run(['ps', '-o', 'stat=', '-p', str(pid)], capture_output=True, text=True).stdout.strip()
+        assert state in ('', 'Z'), (pid, state)
+
+
 def test_the_plateau_game_plays_a_saved_judge_frozen(plateau_run):
     """plateau_game.sh play ngram_saved: the n-gram judge at JUDGE played frozen from the first step (no warm-up),
     beside its shuffled control, and named as the judge that played; without a JUDGE file, or with an unknown arm, a

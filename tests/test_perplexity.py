@@ -134,3 +134,11 @@ def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, cha
     r = run_script(script, '--run', str(tmp_path), '--out_dir', str(tmp_path / 'none'), '--device', 'cpu')
     assert r.returncode == 2 and 'no selection tail' in r.stderr and 'Traceback' not in r.stderr
     assert not (tmp_path / 'none').exists()
+
+
+def test_gain_retained_is_a_share_only_of_a_tilt_that_gains():
+    """bench_channels' retained column: the arm's gain over its tilt's, and '–' where the tilt gained nothing or lost
+    (a share of a loss would read a loss as kept)."""
+    from bench_channels import retained_text
+    assert retained_text(0.002, 0.004) == '+50%' and retained_text(-0.001, 0.004) == '-25%'
+    assert retained_text(0.002, 0.0) == '–' and retained_text(0.002, -0.001) == '–'
