@@ -221,28 +221,34 @@ def load_token_splits(input_mode, data_path=None, train_bin=None, val_bin=None, 
 def held_out_tail(ckpt, n_train):
     """How many tokens at the end of a train split of n_train tokens the generator of ckpt, and every model it was
     trained from, never trained on: train.py's selection split (--select_tokens), which sits next to val. A
-    checkpoint records it as held_out = {tokens, of: the train split's length}; None where the record is of another
-    train split (the model never saw this one); a train.py checkpoint from before the record: its select_tokens."""
+    checkpoint records it as held_out = {tokens, of: the train split's length}; a train.py checkpoint from before the
+    record: its select_tokens. A record of another split of the corpus holds out as many tokens at this split's end:
+    the splits of one corpus share their end (prepare.py --train_tokens keeps a split's last N tokens), so a smaller
+    base's tail is the last tokens of every larger split, and a larger base's tail the last tokens of a smaller one."""
     held = ckpt.get('held_out')
     if held is None:
-        return int(ckpt.get('config', {}).get('select_tokens', 0) or 0)
-    return int(held['tokens']) if int(held['of']) == n_train else None
+        return min(int(ckpt.get('config', {}).get('select_tokens', 0) or 0), n_train)
+    return min(int(held['tokens']), n_train)
 
 
 def generator_train_tokens(train, ckpt):
     """The generator's own training tokens: the train split less its held-out tail (held_out_tail). Every stage that
     reads natural train text reads these (reward data, prompts, judges' natural windows, GRPO's and SPIN's real text),
     so that no judge, arm or control reads text the base never trained on and chose its checkpoint by."""
-    tail = held_out_tail(ckpt, len(train)) or 0
+    tail = held_out_tail(ckpt, len(train))
     if tail >= len(train) - 1:
         raise UserError(f"the generator held out the last {tail:,} of the {len(train):,} train tokens: none are left "
                         f"to read; use a larger train split or a base trained with a smaller --select_tokens")
     return train[:len(train) - tail]
 
 
-def held_out_record(ckpt, n_train):
-    """The held_out record of a model trained from ckpt on its own training tokens (GRPO, SPIN): the same tail."""
-    return dict(tokens=held_out_tail(ckpt, n_train) or 0, of=int(n_train))
+def held_out_record(ckpt, n_train, select_tokens=None):
+    """The held_out record of a model trained on a train split of n_train tokens, from ckpt (None: from scratch):
+    the tail that no model of its line trained on. With select_tokens (train.py), it held its own last select_tokens
+    out, so the record is the smaller of that and its start's tail (a run that trained on a tail its start held out
+    read it); without (GRPO, SPIN: they train on the start's own training tokens), the start's tail."""
+    start = n_train if ckpt is None else held_out_tail(ckpt, n_train)
+    return dict(tokens=start if select_tokens is None else min(select_tokens, start), of=int(n_train))
 
 
 # -----------------------------------------------------------------------------
@@ -261,10 +267,11 @@ def words_known_in(tokens, tokenizer):
     return set(words_of(tokenizer.decode(np.asarray(tokens[:VOCAB_TOKENS]).tolist())))
 
 
-def train_words(data_dir):
-    """The known words of unknown_word_rate: those of the train split."""
+def train_words(data_dir, ckpt):
+    """The known words: those of the generator's training tokens (generator_train_tokens: the train split less the
+    tail ckpt's base held out), the one vocabulary of the evaluation's unknown-word rate and the known-words reward."""
     train = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')
-    return words_known_in(train, TokenizationManager('auto', data_dir=data_dir))
+    return words_known_in(generator_train_tokens(train, ckpt), TokenizationManager('auto', data_dir=data_dir))
 
 
 def tokens_a_word(tokens, tokenizer):

@@ -310,7 +310,7 @@ def main(argv):
         TokenizationInfo.from_dict(referee_ckpt['tokenization']).check_compatible(
             TokenizationInfo.from_dict(load_checkpoint(path)['tokenization']), f'the referee {A.referee}', path)
     rm = GPT.from_checkpoint(A.reward_model, device=device) if A.reward_model else None
-    known_words = train_words(data_dir)  # read once: every point is judged against the same vocabulary
+    known_words = train_words(data_dir, referee_ckpt)  # read once: every point is judged against one vocabulary
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     reference, prompts = eval_windows(val, A.num_samples, referee.config.block_size, A.seed)
     reference_features = None if A.no_mauve else mean_pooled_features(referee, reference.to(device))  # once a run

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
-from data_loader import held_out_tail, resolve_data_dir
+from data_loader import held_out_record, resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
                    save_checkpoint, update_checkpoint)
@@ -185,6 +185,16 @@ def mix_rows(mix, rows, block_size):
     return x, y, None if mix['weights'] is None else mix['weights'][rows]
 
 
+def mix_into(x, y, mix, n_mix, block_size):
+    """A train batch (x, y) of natural rows with n_mix of the tilt's windows put before them (mix_rows, drawn at
+    random), and every row's weight: None unless the windows carry weights, natural rows weighing 1."""
+    if not n_mix:
+        return x, y, None
+    x_mix, y_mix, w_mix = mix_rows(mix, torch.randint(len(mix['windows']), (n_mix,)), block_size)
+    w = None if w_mix is None else torch.cat([w_mix, torch.ones(len(x))])
+    return torch.cat([x_mix, x]), torch.cat([y_mix, y]), w
+
+
 def weighted_loss(model, x, y, w):
     """The next-token loss with each row's tokens weighted by w (B,), over the batch's target count: w = 1 is the
     plain loss."""
@@ -237,11 +247,8 @@ def main(argv):
         ix = torch.randint(len(data) - C.block_size, (C.batch_size - n_mix,)).numpy()
         # one gather for the whole batch (nanoGPT stacks 2 x batch_size slices: 0.3 ms against 0.12 ms a batch)
         windows = torch.from_numpy(data[ix[:, None] + np.arange(C.block_size + 1)].astype(np.int64))
-        x, y, w = windows[:, :-1].contiguous(), windows[:, 1:].contiguous(), None
-        if n_mix:
-            x_mix, y_mix, w_mix = mix_rows(mix, torch.randint(len(mix['windows']), (n_mix,)), C.block_size)
-            x, y = torch.cat([x_mix, x]), torch.cat([y_mix, y])
-            w = None if w_mix is None else torch.cat([w_mix, torch.ones(len(ix))]).to(rt.device)
+        x, y, w = mix_into(windows[:, :-1].contiguous(), windows[:, 1:].contiguous(), mix, n_mix, C.block_size)
+        w = None if w is None else w.to(rt.device)
         if rt.device_type == 'cuda':
             return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True), w
         return x.to(rt.device), y.to(rt.device), w
@@ -250,8 +257,7 @@ def main(argv):
     model, ckpt = init_model(C, tokenizer, data_dir)
     # the tail of train.bin that no model of this one's line trained on, which every later stage leaves unread
     # (data_loader.generator_train_tokens): this run's selection split, less what the checkpoint it starts from read
-    start_tail = n_train if ckpt is None else held_out_tail(ckpt, n_train)
-    held_out = dict(tokens=min(C.select_tokens, n_train if start_tail is None else start_tail), of=n_train)
+    held_out = held_out_record(ckpt, n_train, C.select_tokens)
     iter_num, best_val_loss = 0, float('inf')
     if C.init_from == 'resume':
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')

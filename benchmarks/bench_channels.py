@@ -64,7 +64,7 @@ from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
 from shared import (base_calibrated_temperature, calibrated_temperature, effect_text, judge_tag,  # noqa: E402
-                    mle_control)
+                    mle_control, run_files)
 from tilt import TiltSource, completion_logprob, tilt_cross_entropy  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
 from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
@@ -232,9 +232,7 @@ def main():
     p.add_argument('--device', default='auto')
     A = p.parse_args()
     A.temperatures = [float(t) for t in A.temperatures.split(',')]
-    base_path, config_path = (os.path.join(A.run, f) for f in ('base_model_v1.pt', 'config.json'))
-    if not (os.path.exists(base_path) and os.path.exists(config_path)):
-        p.error(f"{A.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
+    base_path, _, cfg = run_files(A.run, p)
     if not os.path.isfile(A.judge):
         p.error(f"--judge={A.judge} is no file: pass an n-gram judge's .json, a reward model or a better generator")
     if A.from_mle < 0:
@@ -242,8 +240,6 @@ def main():
     if A.channel != 'distill' and TiltSource.kind_of(A.judge) == 'exact log-ratio' and not os.path.isfile(A.instrument):
         p.error(f"--channel={A.channel} plays an oracle as train_grpo.py --reward=teacher_ratio, beside a judge that "
                 f"scores as an instrument: pass --instrument=JUDGE (an n-gram judge's .json or a reward model)")
-    with open(config_path) as f:
-        cfg = json.load(f)
     device = resolve_device(A.device)
     # started from MLE controls, the arms and their own controls live apart from the base's, whose names they share
     work = os.path.join(A.run, 'channels', f'from_mle_{A.from_mle:.4g}' if A.from_mle else '')

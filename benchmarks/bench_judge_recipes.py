@@ -42,7 +42,6 @@ judges, and a rerun with other --windows never reads the data of these.
 """
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -60,7 +59,7 @@ from judge import NgramJudge, reward_data_cmd, reward_model_cmd  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset, read_metadata  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import mle_control  # noqa: E402
+from shared import mle_control, run_files  # noqa: E402
 from tilt import candidates, completion_logprob, judge_law_cross_entropy, judge_log_odds  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
@@ -134,11 +133,7 @@ def combined_judge(data, tok, base, device):
 def run_setting(run, device, parser):
     """A plateau or cycle run's (config, base path, the base's folder of judges and data, data folder, device);
     a run without a base or config is the parser's one-line error."""
-    for name in ('base_model_v1.pt', 'config.json'):
-        if not os.path.exists(os.path.join(run, name)):
-            parser.error(f"{os.path.join(run, name)} not found: --run takes a run_cycles.py folder with a base")
-    cfg = json.load(open(os.path.join(run, 'config.json')))
-    base_path = os.path.join(run, 'base_model_v1.pt')
+    base_path, _, cfg = run_files(run, parser)
     work = os.path.join(run, 'recipes', f'base_{file_sha256(base_path)[:12]}')
     os.makedirs(work, exist_ok=True)
     return cfg, base_path, work, resolve_data_dir(cfg['dataset']), resolve_device(device)

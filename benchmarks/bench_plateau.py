@@ -15,7 +15,6 @@ cycle's rule: the run's mle_learning_rate, else the rate its cosine ends at (bas
 (mle_lr{LR}_s{SEED}.pt) and reused.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -26,7 +25,7 @@ sys.path.insert(0, ROOT)
 from data_loader import generator_train_tokens, resolve_data_dir, tokens_a_word  # noqa: E402
 from model import GPT, evaluate_perplexity, load_checkpoint  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import calibrated_temperature, effect_text, mle_control, window_ce  # noqa: E402
+from shared import calibrated_temperature, effect_text, mle_control, run_files, window_ce  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, perplexity_effect, seed_effect  # noqa: E402
@@ -59,11 +58,7 @@ def main():
     p.add_argument('--ppl_windows', type=int, default=400, help="each seed's own val windows the perplexity reads")
     p.add_argument('--device', default='auto', help="where the perplexity is read, in fp32 (auto: cuda when available)")
     a = p.parse_args()
-    base_path, config_path = (os.path.join(a.run, f) for f in ('base_model_v1.pt', 'config.json'))
-    if not (os.path.exists(base_path) and os.path.exists(config_path)):
-        p.error(f"{a.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
-    with open(config_path) as f:
-        cfg = json.load(f)
+    base_path, _, cfg = run_files(a.run, p)
     base_ckpt = load_checkpoint(base_path)
     device = resolve_device(a.device)
     base = GPT.from_checkpoint(base_ckpt, device=device)

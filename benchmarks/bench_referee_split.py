@@ -98,7 +98,7 @@ def main():
         if rm is not None:
             x, y = p_natural(rm, nat_w), p_natural(rm, sam_w)
             gpt_sight[name] = (sight_auc(x, y), sight_auc_sd(x, y, a.seed))
-    known = train_words(data_dir)
+    known = train_words(data_dir, ckpt)
     unknown = {name: unknown_word_rate(texts, known) for name, texts in (
         ('natural_val', natural_val), ('natural_train', natural_train), ('samples_of_val_prompts', referee_samples),
         ('samples_of_train_prompts', train_samples))}

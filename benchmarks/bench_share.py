@@ -10,7 +10,9 @@ the share realised.
 
 The judge that played is each seed's own, as the game saved it (played_judge): a frozen reward model's checkpoint,
 the online judge's OUT/NAME_s{seed}_judge.pt, or the n-gram judge's OUT/NAME_s{seed}_judge.json (the texts it was
-fitted on; with --judge_update_interval beyond the game's steps, the judge of the warm-up, frozen). Its worth is read
+fitted on; with --judge_update_interval beyond the game's steps, the judge of the warm-up, frozen; with
+--judge_update_interval=1, the co-trained judge, saved as refit after the game's last step: it never scored one of the
+game's rollouts, so its share reads the worth of the judge the game would have played next). Its worth is read
 on the arm's base, on --worth_samples natural val windows against the base's continuations of as many other val
 prompts (the seed's own draw, apart from its perplexity windows), and the worth over seeds is their mean with a t
 interval. A reward that is no judge (a teacher's log-ratio, known words) has no share.

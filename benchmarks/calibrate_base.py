@@ -12,7 +12,6 @@ config.json (the run's), so bench_judge_curve.py, bench_tilt.py and bench_channe
 prints the temperature folded, and the tail's perplexity at T = 1 and at its best (the folded base's best is T = 1).
 """
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -22,7 +21,7 @@ sys.path.insert(0, ROOT)
 from configurator import UserError  # noqa: E402
 from model import fold_temperature, load_checkpoint, save_atomic  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import base_calibrated_temperature  # noqa: E402
+from shared import base_calibrated_temperature, run_files  # noqa: E402
 
 
 def main():
@@ -33,18 +32,14 @@ def main():
                    help="fold this temperature instead of the tail's (0: the tail-calibrated temperature)")
     p.add_argument('--device', default='auto', help="where the tail is read, in fp32 (auto: cuda when available)")
     a = p.parse_args()
-    base_path, config_path = (os.path.join(a.run, f) for f in ('base_model_v1.pt', 'config.json'))
-    if not (os.path.exists(base_path) and os.path.exists(config_path)):
-        p.error(f"{a.run} lacks base_model_v1.pt or config.json: make it with run_cycles.py ... --num_cycles=0")
+    base_path, config_path, cfg = run_files(a.run, p)
     if os.path.exists(os.path.join(a.out_dir, 'base_model_v1.pt')):
         p.error(f"{a.out_dir} already holds a base: name another --out_dir, or remove it")
     if a.temperature < 0:
         p.error(f"--temperature takes a positive number (or 0: the tail's), got {a.temperature}")
-    with open(config_path) as f:
-        dataset = json.load(f)['dataset']
     device = resolve_device(a.device)
     try:
-        T, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, dataset, device)
+        T, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
     folded = fold_temperature(load_checkpoint(base_path), a.temperature or T)

@@ -1,5 +1,6 @@
 """What the benchmarks share: the model they time, and the MLE control they read a method against. Import it after
 the repository root is on sys.path."""
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,17 @@ def bench_model(model_path, mode='generator'):
     if model_path:
         return GPT.from_checkpoint(model_path, mode=mode)
     return GPT(GPTConfig(**DEFAULT_SHAPE, mode=mode)).eval()
+
+
+def run_files(run, parser):
+    """A plateau or cycle run's base path, config path and config (its config.json): what --run names in every
+    bench; a run without them is the parser's one-line error."""
+    base_path, config_path = (os.path.join(run, f) for f in ('base_model_v1.pt', 'config.json'))
+    if not (os.path.exists(base_path) and os.path.exists(config_path)):
+        parser.error(f"{run} lacks base_model_v1.pt or config.json: --run takes a run_cycles.py folder with a base "
+                     f"(run_cycles.py ... --num_cycles=0 makes one)")
+    with open(config_path) as f:
+        return base_path, config_path, json.load(f)
 
 
 def judge_tag(path):

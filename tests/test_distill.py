@@ -36,6 +36,20 @@ def test_a_tilts_windows_are_learnt_on_their_generated_tokens_only():
     assert mix_rows(dict(mix, weights=torch.tensor([0.5, -2.0])), torch.tensor([1, 0]), 12)[2].tolist() == [-2, 0.5]
 
 
+def test_a_batch_mixes_the_tilts_windows_before_its_natural_rows():
+    """train.mix_into: none mixed leaves the batch and no weights; n_mix windows go first, and with weighted windows
+    the natural rows weigh 1."""
+    from train import mix_into
+    x, y = torch.zeros(3, 12, dtype=torch.long), torch.ones(3, 12, dtype=torch.long)
+    mix = dict(windows=torch.arange(20).view(2, 10) + 100, prompt_len=4, weights=None)
+    assert mix_into(x, y, mix, 0, 12)[2] is None and mix_into(x, y, mix, 0, 12)[0] is x
+    mx, my, w = mix_into(x, y, mix, 2, 12)
+    assert mx.shape == (5, 12) and (mx[:2, 0] >= 100).all() and (mx[2:] == 0).all() and (my[2:] == 1).all()
+    assert w is None
+    w = mix_into(x, y, dict(mix, weights=torch.tensor([-0.5, 0.5])), 2, 12)[2]
+    assert w.shape == (5,) and set(w[:2].tolist()) <= {-0.5, 0.5} and w[2:].tolist() == [1, 1, 1]
+
+
 def test_the_weighted_loss_is_the_plain_loss_at_weight_one_and_weighs_each_row(noise_gen):
     """train.weighted_loss: w = 1 gives model(x, y)'s loss; a row's weight multiplies its tokens' share (over the
     batch's target count, so that the w - 1 windows' zero-sum weights add no scale of their own)."""

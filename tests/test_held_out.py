@@ -42,18 +42,51 @@ def test_the_base_records_its_held_out_tail_and_the_tail_is_all_it_held_out(tail
 
 
 def test_the_record_rules():
-    """A record of another train split is None (that model never saw this one); a train.py checkpoint from before
-    the record reads its select_tokens; a model trained on its own training tokens keeps the tail; a tail that
-    leaves nothing to read is a one-line error."""
+    """A record of another split of the corpus holds out as many tokens at this split's end (the splits share their
+    end); a train.py checkpoint from before the record reads its select_tokens; a model trained on its own training
+    tokens keeps the tail, one trained with a selection split of its own the smaller of the two, one from scratch its
+    own; a tail that leaves nothing to read is a one-line error."""
     assert held_out_tail(dict(held_out=dict(tokens=5, of=100)), 100) == 5
-    assert held_out_tail(dict(held_out=dict(tokens=5, of=100)), 90) is None
+    assert held_out_tail(dict(held_out=dict(tokens=5, of=100)), 90) == 5
+    assert held_out_tail(dict(held_out=dict(tokens=50, of=100)), 30) == 30
     assert held_out_tail(dict(config=dict(select_tokens=7)), 100) == 7
     assert held_out_tail(dict(config=dict(dataset='x')), 100) == 0
-    assert held_out_record(dict(held_out=dict(tokens=5, of=100)), 90) == dict(tokens=0, of=90)
+    assert held_out_record(dict(held_out=dict(tokens=5, of=100)), 90) == dict(tokens=5, of=90)
     assert held_out_record(dict(held_out=dict(tokens=5, of=100)), 100) == dict(tokens=5, of=100)
-    assert len(generator_train_tokens(np.arange(90), dict(held_out=dict(tokens=5, of=100)))) == 90
+    assert held_out_record(dict(held_out=dict(tokens=5, of=100)), 100, 8) == dict(tokens=5, of=100)
+    assert held_out_record(None, 100, 8) == dict(tokens=8, of=100)
+    assert len(generator_train_tokens(np.arange(90), dict(held_out=dict(tokens=5, of=100)))) == 85
     with pytest.raises(UserError, match='none are left'):
         generator_train_tokens(np.arange(10), dict(held_out=dict(tokens=10, of=10)))
+
+
+def test_a_larger_split_of_the_corpus_leaves_a_smaller_bases_tail_unread(tmp_path, tail_case):
+    """Nested splits (prepare.py --train_tokens keeps the last N): a base trained on the smaller one held out its
+    tail, which is the last tokens of the larger split too. A stage that reads the larger split with that base
+    leaves the tail unread (it read it whole when a record of another split counted as none)."""
+    d, data, _, z = tail_case
+    small = tmp_path / 'small'
+    prepare_dataset('char', str(small), str(d / 'text.txt'), train_tokens=TRAIN_CHARS // 2)
+    train_tiny(str(small), str(tmp_path / 'base'), '--max_iters=2', '--eval_interval=1', f'--select_tokens={TAIL}')
+    ckpt = load_checkpoint(str(tmp_path / 'base' / 'ckpt.pt'))
+    assert ckpt['held_out'] == dict(tokens=TAIL, of=TRAIN_CHARS // 2)
+    larger = np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16)
+    assert len(generator_train_tokens(larger, ckpt)) == TRAIN_CHARS - TAIL
+    assert not (generator_train_tokens(larger, ckpt) == z).any()
+
+
+def test_one_vocabulary_of_known_words_the_generators_training_tokens(tail_case):
+    """evaluate.py's unknown-word rate and GRPO's known-words reward read one vocabulary: the words of the
+    generator's training tokens (the tail's word of Z's is not among them)."""
+    from data_loader import train_words, words_known_in
+    _, data, base, _ = tail_case
+    ckpt = load_checkpoint(base)
+    train = np.fromfile(os.path.join(data, 'train.bin'), dtype=np.uint16)
+    tokenizer = TokenizationManager.from_info(ckpt['tokenization'])
+    known = train_words(data, ckpt)
+    assert any('zz' in w for w in words_known_in(train, tokenizer))  # the whole split's words hold the tail's
+    assert not any('zz' in w for w in known) and len(known) > 10
+    assert known == words_known_in(generator_train_tokens(train, ckpt), tokenizer)
 
 
 def test_continued_training_keeps_only_the_tail_no_model_of_its_line_read(tmp_path, tail_case):
@@ -79,6 +112,20 @@ def test_reward_data_never_reads_the_tail(tmp_path, tail_case):
     assert not (natural == z).any()
     meta = open(out / 'train_metadata.txt').read()
     assert f'held_out_tail: {TAIL}' in meta
+
+
+def test_tilt_windows_never_read_the_tail(tmp_path, tail_case):
+    """prepare_tilt_data.py's prompts are windows of the generator's training tokens: with every window drawn, the
+    tail (the last 12 of the whole split's 1,125 windows of 32) would be among them."""
+    _, data, base, z = tail_case
+    windows = (TRAIN_CHARS - TAIL) // 32
+    r = run_script('prepare_tilt_data.py', f'--model_path={base}', '--judge=none', f'--windows={windows}',
+                   f'--out_dir={tmp_path / "tilt"}', f'--dataset={data}', '--device=cpu')
+    assert r.returncode == 0, r.stderr[-3000:]
+    meta = json.load(open(tmp_path / 'tilt' / 'meta.json'))
+    rows = np.fromfile(tmp_path / 'tilt' / 'windows.bin', dtype=np.uint16).reshape(-1, meta['length'])
+    assert meta['held_out_tail'] == TAIL and len(rows) == windows
+    assert not (rows[:, :meta['prompt_len']] == z).any()
 
 
 def test_the_policy_trainers_read_only_the_generators_training_tokens_and_keep_its_tail(tmp_path, tail_case):
