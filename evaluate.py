@@ -54,7 +54,7 @@ import torch
 
 from auc import sight_auc, sight_auc_sd
 from configurator import UserError, parse_checked, run_cli
-from data_loader import resolve_data_dir, train_words, unknown_word_rate
+from data_loader import generator_train_tokens, resolve_data_dir, train_words, unknown_word_rate
 from judge import reward_data_cmd, reward_model_cmd
 from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
@@ -254,6 +254,42 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
                                     A.judge_recipe, windows, (A.num_samples, A.seed)))
     return figures
 
+
+@torch.no_grad()
+def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, tol=1e-4):
+    """The temperature at which base reads the lowest cross-entropy on its held-out selection tail (the tokens its
+    checkpoint was chosen on, never val): the control that one scalar fit by maximum likelihood gives, as a base that
+    over-fits is over-confident. CE is convex in 1/T (the log-normaliser is convex in it, the rest linear), so a
+    golden-section search in 1/T finds it. Returns (T, the tail's perplexity there, and at T = 1)."""
+    train = np.memmap(os.path.join(resolve_data_dir(dataset), 'train.bin'), dtype=np.uint16, mode='r')
+    tail = train[len(generator_train_tokens(train, base_ckpt)):]
+    if len(tail) <= base.config.block_size:
+        raise UserError("the base holds out no selection tail: a temperature fit on val would be read on val; train "
+                        "it with run_cycles.py --base_select_tokens=N")
+
+    def ce(beta):
+        return evaluate_perplexity(base, tail, device=device, temperature=1 / beta)[0]
+    a, b, g = 1 / high, 1 / low, (5 ** 0.5 - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = ce(c), ce(d)
+    while b - a > tol:
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = ce(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = ce(d)
+    beta = (a + b) / 2
+    return 1 / beta, float(np.exp(ce(beta))), float(np.exp(ce(1.0)))
+
+
+def base_calibrated_temperature(base_path, dataset, device):
+    """calibrated_temperature of the checkpoint at base_path: (T, the tail's perplexity there, and at T = 1). Raises
+    configurator.UserError where the base holds out no selection tail."""
+    ckpt = load_checkpoint(base_path)
+    return calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, dataset, device)
 
 # each number's range and the relations between them, checked (configurator.parse_checked) before anything is read
 RANGES = dict(temperatures='each > 0', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',

@@ -630,6 +630,17 @@ def matched_perplexity(base_path, data_dir, device, temperature):
     return dict(val_perplexity=ppl, val_window_cross_entropy=windows)
 
 
+def calibrated_point(base_path, data_dir, device):
+    """The base at its tail-calibrated temperature (evaluate.calibrated_temperature, fit on its held-out selection
+    tail, never val): its temperature and matched_perplexity there; None where it holds out no tail."""
+    from evaluate import base_calibrated_temperature
+    try:
+        temperature = base_calibrated_temperature(base_path, data_dir, device)[0]
+    except UserError:
+        return None
+    return dict(temperature=temperature, **matched_perplexity(base_path, data_dir, device, temperature))
+
+
 def completion_cross_entropy(model_path, data_dir, device, temperature, num_samples, length, seed):
     """A generator's cross-entropy (nats a token) on each natural completion of the evaluation's windows
     (evaluate.py's draw of num_samples windows of this length at this seed), sampled at this temperature."""
@@ -754,7 +765,8 @@ def run_controls(C, pipe, n, temps, train_stage, evaluate_stage, grpo_stage, pat
         arm = load_json(path(f'eval_v{n + 1}.json'))[0]
         matched = matched_temperature(points, arm['sample_entropy'])
         matched.update(matched_perplexity(base, data_path(C.dataset), resolve_device(C.device), matched['temperature']))
-        v = cycle_verdict(arm, load_json(path(f'eval_mle_v{n + 1}.json'))[0], matched, off_point)
+        v = cycle_verdict(arm, load_json(path(f'eval_mle_v{n + 1}.json'))[0], matched, off_point,
+                          calibrated_point(base, data_path(C.dataset), resolve_device(C.device)))
         kept = load_checkpoint(mle)
         v.update(cycle=n, mle_iters=iters, mle_best_iter=kept['iter_num'], mle_stopped_at=kept.get('stopped_at'),
                  mle_stop_reason=kept.get('stop_reason'), cycle_flops=flops,
@@ -857,14 +869,17 @@ POINT_HEADER = ['| | val ppl (whole split) | fresh judges: boundary err (↑) or
                 'unknown words (↓) | distinct-4 | sample entropy | MAUVE (↑) |', '|---|---|---|---|---|---|---|---|---|']
 
 
-CONTROL_NAMES = {'mle': 'the MLE control', 'temperature': 'the matched temperature', 'judge_off': 'the judge-off control'}
+CONTROL_NAMES = {'mle': 'the MLE control', 'temperature': 'the matched temperature', 'judge_off': 'the judge-off control',
+                 'calibrated': 'the base at its tail-calibrated temperature (perplexity only)'}
 
 
 def beats_every_control(verdicts):
     """The repository's question answered for one cycle: better than every control on the fresh judges and on the
-    two-sample test, with perplexity no worse than the MLE control's."""
-    return (all(v['fresh_judges'] == 'better' and v['c2st'] == 'better' for v in verdicts.values())
-            and verdicts['mle']['perplexity'] in ('better', 'equal'))
+    two-sample test, with perplexity no worse than the MLE control's nor than the tail-calibrated base's (read on
+    perplexity alone) where the base has one."""
+    sampled = [v for v in verdicts.values() if v['fresh_judges'] != '–']
+    return (all(v['fresh_judges'] == 'better' and v['c2st'] == 'better' for v in sampled)
+            and all(verdicts[k]['perplexity'] in ('better', 'equal') for k in ('mle', 'calibrated') if k in verdicts))
 
 
 def effect_text(e, what, spec='.3f'):
@@ -905,7 +920,9 @@ def verdict_lines(c):
             f"0 inside the margin, else 'unresolved'; "
             + (f"draws seeded {v['draw_seed']}; " if 'draw_seed' in v else '') + f"computed in "
             f"`verdict_v{c['cycle']}.json`; {mle}; matched "
-            f"temperature T* = {m['temperature']:.3f}{where}): {labels}. "
+            f"temperature T* = {m['temperature']:.3f}{where}"
+            + (f"; tail-calibrated temperature {v['calibrated']['temperature']:.3f}" if 'calibrated' in v else '')
+            + f"): {labels}. "
             + ("The cycle beats every control." if beats_every_control(vd) else
                "The cycle does not beat every control."), '']
 

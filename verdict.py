@@ -27,7 +27,7 @@ MIN_SEEDS = 3  # training seeds a verdict on a method reads at the least
 # 3: TOST labels, the referee's refits in the two-sample interval, 'unresolved' for one fresh judge; 4: the joint
 # referee weighs the arm and a two-point control alike; 5: the monotone rule, the two-sample interval resamples the
 # mean of the referee's fits, the draw seed recorded; older verdicts of a run are rebuilt
-VERDICT_FORMAT = 5
+VERDICT_FORMAT = 6
 
 
 # each fresh-judge recipe's figure (evaluate.py --judge_recipe): its key, whether higher is closer to natural text,
@@ -245,7 +245,7 @@ def control_verdict(arm, control):
             'perplexity': ppl['label'], 'perplexity_effect': ppl}
 
 
-def cycle_verdict(arm, mle, matched, judge_off=None):
+def cycle_verdict(arm, mle, matched, judge_off=None, calibrated=None):
     """
     The verdict of one cycle, this checkpoint against each control's (one training run a side): its new generator
     (arm) against the MLE control (mle), against the previous base sampled at the matched temperature (matched:
@@ -253,13 +253,22 @@ def cycle_verdict(arm, mle, matched, judge_off=None):
     caller) and, for GRPO, against the judge-off ablation (judge_off: the same trainer with a constant reward). Each
     on the referee's fresh judges (their boundary error, higher is better, or with the window recipe their sight,
     lower is better), the two-sample test's pooled AUC (lower is better) and whole-split held-out perplexity (lower
-    is better; window by window); the last two as effects with 95% intervals, read against their margins.
+    is better; window by window); the last two as effects with 95% intervals, read against their margins. And,
+    where the previous base holds out a selection tail, against that base at its tail-calibrated temperature
+    (calibrated: its temperature and val perplexity with per-window cross-entropies; zero FLOPs), on perplexity alone:
+    it has no samples of its own for the other referees.
     """
     matched = dict(matched)
     controls = {'mle': mle, 'temperature': matched, **({'judge_off': judge_off} if judge_off else {})}
     verdicts = {name: control_verdict(arm, c) for name, c in controls.items()}
+    if calibrated:
+        ppl = perplexity_effect(arm['val_window_cross_entropy'], calibrated['val_window_cross_entropy'])
+        verdicts['calibrated'] = {'fresh_judges': '–', 'c2st': None, 'c2st_effect': None, 'perplexity': ppl['label'],
+                                  'perplexity_effect': ppl}
     del matched['val_window_cross_entropy'], matched['c2st_parts']
     summary = {name: {k: c[k] for k in POINT_SUMMARY if k in c} for name, c in controls.items() if name != 'temperature'}
+    if calibrated:
+        summary['calibrated'] = {k: calibrated[k] for k in ('temperature', 'val_perplexity')}
     return dict(matched=matched, verdicts=verdicts, arm={k: arm[k] for k in POINT_SUMMARY + ('temperature',) if k in arm},
                 margins=dict(c2st_auc=AUC_MARGIN, perplexity=PPL_MARGIN), **summary)
 

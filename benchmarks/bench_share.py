@@ -24,9 +24,10 @@ this control shows what a reward of the judge's scale and within-group spread ga
 sampled at the matched temperature T* (Caccia et al. 2020), the one whose sampler entropy equals the arm's on the same
 prompts (the seed's two-sample windows; the base swept over --sweep); mle, the base trained further by next-token loss
 for the arm's FLOPs by the cycle's rule (the base's learning rate held, its best checkpoint on the base run's
-selection split kept; the base run's config.json beside BASE.pt), its own seed. The judge's offline training (its
-recipe) is not in the arm's FLOPs: the MLE control is not given it, which favours the judge; its recorded FLOPs are
-printed beside.
+selection split kept; the base run's config.json beside BASE.pt), its own seed; calibrated, the base at its
+tail-calibrated temperature (evaluate.calibrated_temperature: fit on the tail its checkpoint held out, never val; zero
+FLOPs). The judge's offline training (its recipe) is not in the arm's FLOPs: the MLE control is not given it, which
+favours the judge; its recorded FLOPs are printed beside.
 
 Each run is train_grpo.py as a user runs it (OUT/NAME_s{seed}.pt, its control OUT/NAME_off_s{seed}.pt,
 OUT/NAME_shuffled_s{seed}.pt or OUT/NAME_mle_s{seed}.pt; a finished one is reused, an interrupted one resumes).
@@ -55,7 +56,7 @@ sys.path.insert(0, ROOT)
 from model import GPT, load_checkpoint  # noqa: E402
 from policy import prompts_and_splits  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import effect_text, judge_worth, mle_control, window_ce  # noqa: E402
+from shared import calibrated_temperature, effect_text, judge_worth, mle_control, window_ce  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, label_text, perplexity_effect, seed_effect, share_interval, sweep_parts  # noqa: E402
 
@@ -162,7 +163,7 @@ def seed_share(arm_ppl, control_ppl, tokens):
 
 
 CONTROL_NAMES = {'judge_off': 'judge-off', 'base': 'base', 'shuffled': 'shuffled-judge',
-                 'temperature': 'matched-temperature', 'mle': 'MLE'}
+                 'temperature': 'matched-temperature', 'mle': 'MLE', 'calibrated': 'tail-calibrated'}
 
 
 def control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature):
@@ -172,6 +173,11 @@ def control_ce(a, grpo_args, seed, arm_path, arm, windows, temperature):
         t_star, outside, ce = matched_temperature_ce(arm_path, seed, windows, a.entropy_windows,
                                                      [float(t) for t in a.sweep.split(',')])
         return ce, f" (T* {t_star:.3f}{', outside the sweep' if outside else ''})"
+    if a.control == 'calibrated':
+        cfg, base_ckpt, _ = arm_setting(arm_path)
+        base = GPT.from_checkpoint(base_ckpt, device=windows.device)
+        t = calibrated_temperature(base, base_ckpt, cfg['dataset'] or base_ckpt['config']['dataset'], windows.device)[0]
+        return window_ce(base, windows, t), f" (T {t:.3f})"
     if a.control == 'base':
         path = arm_setting(arm_path)[0]['policy_path']
     elif a.control == 'mle':

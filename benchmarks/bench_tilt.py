@@ -76,12 +76,20 @@ def tail_calibrated(run, device):
 
 def completion_controls(run, mle, temperature, dataset, device, tilt, seed):
     """The controls read on the tilt's natural completions alone (no samples of theirs): the base at its
-    tail-calibrated temperature (where it has one) and the MLE control (where given), each at the tilt's draws."""
+    tail-calibrated temperature (where it has one), and the MLE control (where given) at the tilt's temperature and,
+    where it holds out a tail, at its own tail-calibrated one (calibrated again: the strongest cheap control of a base
+    that is itself calibrated), each at the tilt's draws."""
     def read(path, t):
         return dict(temperature=t, completion_window_cross_entropy=completion_cross_entropy(
             path, dataset, device, t, tilt['num_samples'], tilt['sample_length'], seed))
-    return {**({'calibrated': read(os.path.join(run, 'base_model_v1.pt'), temperature)} if temperature else {}),
-            **({'mle': read(mle, tilt['temperature'])} if mle else {})}
+    controls = {**({'calibrated': read(os.path.join(run, 'base_model_v1.pt'), temperature)} if temperature else {}),
+                **({'mle': read(mle, tilt['temperature'])} if mle else {})}
+    if mle:
+        try:
+            controls['mle_calibrated'] = read(mle, base_calibrated_temperature(mle, dataset, device)[0])
+        except UserError:  # an MLE control that holds out no tail has no calibrated reading
+            pass
+    return controls
 
 
 def per_k_effects(tilt, controls):
@@ -165,7 +173,7 @@ def main():
           "vs base: perplexity; two-sample | vs matched temperature: perplexity; two-sample | "
           "vs tail-calibrated T: perplexity (T) |\n" + '|---' * 8 + '|')
     print('\n'.join(rows))
-    over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature', 'calibrated')
+    over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature', 'calibrated', 'mle', 'mle_calibrated')
             if all(c in v['verdicts'] for v in verdicts)}
     for c, m in over.items():
         print(f"over {len(verdicts)} seeds vs {c}: perplexity "

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import torch
 
+from evaluate import base_calibrated_temperature, calibrated_temperature  # noqa: F401 (the benches' names)
 from model import GPT, GPTConfig, load_checkpoint
 from tilt import TiltSource, completion_logprob
 from two_sample import PROMPT_LEN, eval_windows
@@ -81,45 +82,6 @@ def judge_worth(judge_path, base_path, val, n, draw, device, temperature=1.0):
     f_natural, f_samples = (source.scores(w, PROMPT_LEN) for w in (natural, samples))
     return dict(dv_bound(f_natural, f_samples, draw), judge=judge_path)
 
-
-@torch.no_grad()
-def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, tol=1e-4):
-    """The temperature at which base reads the lowest cross-entropy on its held-out selection tail (the tokens its
-    checkpoint was chosen on, never val): the control that one scalar fit by maximum likelihood gives, as a base that
-    over-fits is over-confident. CE is convex in 1/T (the log-normaliser is convex in it, the rest linear), so a
-    golden-section search in 1/T finds it. Returns (T, the tail's perplexity there, and at T = 1)."""
-    from configurator import UserError
-    from data_loader import generator_train_tokens, resolve_data_dir
-    from model import evaluate_perplexity
-    train = np.memmap(os.path.join(resolve_data_dir(dataset), 'train.bin'), dtype=np.uint16, mode='r')
-    tail = train[len(generator_train_tokens(train, base_ckpt)):]
-    if len(tail) <= base.config.block_size:
-        raise UserError("the base holds out no selection tail: a temperature fit on val would be read on val; train "
-                        "it with run_cycles.py --base_select_tokens=N")
-
-    def ce(beta):
-        return evaluate_perplexity(base, tail, device=device, temperature=1 / beta)[0]
-    a, b, g = 1 / high, 1 / low, (5 ** 0.5 - 1) / 2
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = ce(c), ce(d)
-    while b - a > tol:
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = ce(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = ce(d)
-    beta = (a + b) / 2
-    return 1 / beta, float(np.exp(ce(beta))), float(np.exp(ce(1.0)))
-
-
-def base_calibrated_temperature(base_path, dataset, device):
-    """calibrated_temperature of the checkpoint at base_path: (T, the tail's perplexity there, and at T = 1). Raises
-    configurator.UserError where the base holds out no selection tail."""
-    ckpt = load_checkpoint(base_path)
-    return calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, dataset, device)
 
 
 def window_ce(model, windows, temperature=1.0):

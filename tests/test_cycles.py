@@ -167,6 +167,13 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
         assert x['c2st_effect']['label'] == x['c2st'] and x['perplexity_effect']['label'] == x['perplexity']
     assert 'c2st_parts' not in v['matched'] and v['margins'] == {'c2st_auc': 0.03, 'perplexity': 0.01}
     assert v['mle_iters'] >= 1 and v['cycle_flops'] > 0
+    # the base holds out a tail: the arm is read against it at its tail-calibrated temperature, on perplexity alone
+    cal = v['verdicts']['calibrated']
+    assert cal['fresh_judges'] == '–' and cal['c2st_effect'] is None and \
+        cal['perplexity'] in {'better', 'equal', 'worse', 'unresolved'}
+    assert 0.5 < v['calibrated']['temperature'] < 3 and v['calibrated']['val_perplexity'] > 1
+    assert f"tail-calibrated temperature {v['calibrated']['temperature']:.3f}" in report
+    assert 'against the base at its tail-calibrated temperature (perplexity only)' in report
     # the MLE control kept its best val checkpoint within its allowance, and says where it stopped
     assert 0 <= v['mle_best_iter'] <= v['mle_stopped_at'] <= v['mle_iters'] and v['mle_stop_reason']
     assert load_checkpoint(str(out / 'judgeoff_v2.pt'))['metrics']['judge_off']
@@ -287,7 +294,10 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
                    ['tilt_window_cross_entropy']['128']) == 4
     table = r.stdout[r.stdout.index('at each K'):]
     assert [line.split(' | ')[0] for line in table.splitlines() if line.startswith('| ') and line[2].isdigit()] == \
-        ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs calibrated | vs mle |' in table
+        ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs calibrated | vs mle | vs mle_calibrated |' \
+        in table
+    # the MLE control holds out the base's tail too: it is read again at its own tail-calibrated temperature
+    assert 'over 2 seeds vs mle_calibrated: perplexity' in r.stdout and 'over 2 seeds vs mle: perplexity' in r.stdout
     # the base holds out a selection tail: the tail-calibrated control reads on every draw and over them
     assert 'over 2 seeds vs calibrated: perplexity' in r.stdout and all(
         line.rstrip(' |').endswith(')') for line in r.stdout.splitlines() if line.startswith(('| 5 |', '| 6 |')))

@@ -219,6 +219,24 @@ def arm_checkpoint(path, policy_path, data_dir, temperature_of_arm=1.0, flops=0)
     return str(path)
 
 
+def test_the_calibrated_control_is_the_base_at_its_tail_temperature(tmp_path, char_data):
+    """--control calibrated: the base at the temperature its held-out tail reads best. An arm that is exactly that
+    (its base's logits over T) reads the control's cross-entropy on every window: no gain to credit."""
+    from types import SimpleNamespace
+    from conftest import train_tiny
+    from evaluate import base_calibrated_temperature
+    bench_share = bench_share_module()
+    train_tiny(char_data, str(tmp_path / 'base'), '--max_iters=30', '--eval_interval=10', '--select_tokens=3000')
+    base = str(tmp_path / 'base' / 'ckpt.pt')
+    T = base_calibrated_temperature(base, char_data, 'cpu')[0]
+    assert abs(T - 1) > 0.01  # a base that is not calibrated already, so the test can tell
+    arm = arm_checkpoint(tmp_path / 'arm.pt', base, char_data, temperature_of_arm=T)
+    windows = bench_share.seed_windows(arm, 7, 20, 'cpu')
+    ce, note = bench_share.control_ce(SimpleNamespace(control='calibrated'), [], 7, arm, None, windows, 1.0)
+    assert note == f" (T {T:.3f})"
+    np.testing.assert_allclose(ce, bench_share.window_ce(GPT.from_checkpoint(arm), windows, 1.0), rtol=1e-4)
+
+
 def test_the_matched_temperature_control_finds_a_temperature_it_is_given(tmp_path, char_ckpt, char_data):
     """An arm that is its base at T = 1.05 (logits divided by 1.05) samples with that entropy, so the matched
     temperature is 1.05 and the control's cross-entropy is the arm's own on every window: no gain. The arm that is

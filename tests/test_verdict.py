@@ -108,3 +108,16 @@ def test_the_docs_reread_finds_the_labels_that_change(tmp_path):
     text = page.read_text()
     assert '| 0 | worse, −0.021 (−0.032, −0.011)' in text and '**worse (within margin)** (arm' in text
     assert all(old == new for _, old, _, _, new in reread(str(page)))
+
+
+def test_beating_every_control_includes_the_tail_calibrated_base():
+    """run_cycles.beats_every_control: better on the fresh judges and the two-sample test than every sampled control,
+    and perplexity no worse than the MLE control's nor the tail-calibrated base's (perplexity only: no judges)."""
+    from run_cycles import beats_every_control
+    sampled = {'fresh_judges': 'better', 'c2st': 'better', 'perplexity': 'equal'}
+    verdicts = {'mle': dict(sampled), 'temperature': dict(sampled),
+                'calibrated': {'fresh_judges': '–', 'c2st': None, 'perplexity': 'equal'}}
+    assert beats_every_control(verdicts)
+    assert not beats_every_control(dict(verdicts, calibrated=dict(verdicts['calibrated'], perplexity='worse')))
+    assert beats_every_control({k: v for k, v in verdicts.items() if k != 'calibrated'})
+    assert not beats_every_control(dict(verdicts, temperature=dict(sampled, c2st='equal')))
