@@ -9,7 +9,9 @@ that correction is no gain of the judge's. Started from the calibrated base, eve
 Writes OUT_DIR/base_model_v1.pt (model.fold_temperature: the final LayerNorm's gain and bias times 1 / T, so its
 logits are the base's at T: the same family, sampled and scored by every script as the base at T) and OUT_DIR/
 config.json (the run's), so bench_judge_curve.py, bench_tilt.py and bench_channels.py take OUT_DIR as --run. It
-prints the temperature folded, and the tail's perplexity at T = 1 and at its best (the folded base's best is T = 1).
+prints the temperature folded, the tail's perplexity at T = 1 and at its best (the folded base's best is T = 1), and
+what that one temperature gives on the whole val split, which it was not fit on: the calibrated base against the
+base at T = 1, window by window (verdict.perplexity_effect, with its bootstrap interval).
 """
 import argparse
 import os
@@ -18,10 +20,14 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import numpy as np  # noqa: E402
+
 from configurator import UserError  # noqa: E402
-from model import fold_temperature, load_checkpoint, save_atomic  # noqa: E402
+from data_loader import resolve_data_dir  # noqa: E402
+from model import GPT, evaluate_perplexity, fold_temperature, load_checkpoint, save_atomic  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import base_calibrated_temperature, run_files  # noqa: E402
+from shared import base_calibrated_temperature, effect_text, run_files  # noqa: E402
+from verdict import perplexity_effect  # noqa: E402
 
 
 def main():
@@ -48,6 +54,13 @@ def main():
     save_atomic(folded, os.path.join(a.out_dir, 'base_model_v1.pt'))
     print(f"{a.run}'s base at T = {a.temperature or T:.4g} written to {a.out_dir}/base_model_v1.pt; its selection "
           f"tail reads ppl {tail_ppl_1:.4f} at T = 1 and {tail_ppl:.4f} at its best temperature, {T:.4g}")
+    base = GPT.from_checkpoint(load_checkpoint(base_path), device=device)
+    val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
+    (_, ppl_1, ce_1), (_, ppl_T, ce_T) = (evaluate_perplexity(base, val, temperature=t, per_window=True)
+                                          for t in (1.0, a.temperature or T))
+    e = perplexity_effect(ce_T, ce_1)
+    print(f"what the temperature gives on val (never fit on): ppl {ppl_1:.4f} at T = 1, {ppl_T:.4f} at "
+          f"T = {a.temperature or T:.4g}: {effect_text(e)} over {len(ce_1):,} windows")
 
 
 if __name__ == '__main__':

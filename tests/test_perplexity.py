@@ -126,6 +126,12 @@ def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, cha
     assert T_folded == pytest.approx(1, abs=2e-3)
     assert (tmp_path / 'cal' / 'config.json').read_text() == (tail_base / 'config.json').read_text()
     assert f'T = {T:.4g}' in r.stdout
+    # what the temperature gives on val, window by window, beside the two perplexities
+    from verdict import perplexity_effect
+    from shared import effect_text
+    (_, p1, ce1), (_, pT, ceT) = (evaluate_perplexity(GPT.from_checkpoint(base), val, temperature=t, per_window=True)
+                                  for t in (1.0, T))
+    assert f"ppl {p1:.4f} at T = 1, {pT:.4f} at T = {T:.4g}: {effect_text(perplexity_effect(ceT, ce1))}" in r.stdout
     r = run_script(script, '--run', str(tail_base), '--out_dir', str(tmp_path / 'cal'))
     assert r.returncode == 2 and 'already holds a base' in r.stderr and 'Traceback' not in r.stderr
     n = len(np.memmap(os.path.join(char_data, 'train.bin'), dtype=np.uint16, mode='r'))
