@@ -36,6 +36,8 @@ log_interval = 1
 eval_iters = 200
 eval_only = False  # evaluate (loss estimate and whole-split val perplexity), then exit
 always_save_checkpoint = True  # if False, save only when val loss (select loss, with select_tokens) improves
+save_last = False  # also write last.pt: the weights where the run stopped, beside the kept ckpt.pt (an MLE control
+# read as the games are, which keep their last policy)
 init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), a generator checkpoint's path, or GPT-2 weights:
 # 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local Hugging Face directory (needs transformers)
 # data
@@ -381,6 +383,10 @@ def main(argv):
         ckpt_path = os.path.join(C.out_dir, 'ckpt.pt')
         if os.path.exists(ckpt_path):  # where the run ended, beside the iteration of the checkpoint it kept
             update_checkpoint(ckpt_path, stopped_at=iter_num, stop_reason=stop_reason)
+        if C.save_last:
+            save_checkpoint(os.path.join(C.out_dir, 'last.pt'), raw_model, iter_num=iter_num, config=vars(C),
+                            tokenization=tokenizer.info(), held_out=held_out, stopped_at=iter_num,
+                            stop_reason=stop_reason)
         elapsed = time.time() - t_start
         trained = iter_num - start_iter
         print(f"done: {trained} iterations in {elapsed:.1f}s ({trained * tokens_per_iter / max(elapsed, 1e-9):,.0f} "

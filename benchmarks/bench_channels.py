@@ -21,7 +21,8 @@ against its controls over trainer seeds. --channel picks how it is carried:
   advantage is 0 and the trainer leaves the weights as they are (tests/test_grpo.py holds it to that).
 Then, for each seed:
   1. the MLE control given the arm's FLOPs: the judge's (--judge_flops), the tilt's sampling or the game's, the
-     training;
+     training; read at its best checkpoint on the selection tail (which can be its start) and, as the games keep
+     their last policy, at the weights where it stopped (vs MLE's last: the games' selection on the control's side);
   2. every model read on the seed's own --ppl_windows val windows (two_sample.eval_windows): cross-entropy of the
      completion after the prompt, and the tilt's own (tilt.tilt_cross_entropy, conservative, at --k), so that the
      gain retained = (CE_base - CE_arm) / (CE_base - CE_tilt) is read on the same windows (biased up: CE_tilt is
@@ -64,7 +65,7 @@ from model import GPT, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS, flops_per_iteration  # noqa: E402
 from runtime import resolve_device  # noqa: E402
 from shared import (base_calibrated_temperature, calibrated_temperature, effect_text, judge_tag,  # noqa: E402
-                    mle_control, run_files)
+                    last_of, mle_control, run_files)
 from tilt import TiltSource, completion_logprob, tilt_cross_entropy  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts, eval_windows  # noqa: E402
 from verdict import AUC_MARGIN, PPL_MARGIN, c2st_effect, perplexity_effect, seed_effect, sweep_parts  # noqa: E402
@@ -156,7 +157,7 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
     paths, iters, arm_flops, tilt_figures = (distill_arms if A.channel == 'distill' else game_arms)(
         A, cfg, base_path, work, tag, seed)
     flops = A.judge_flops + arm_flops  # what the MLE control is given
-    paths['mle'] = mle_control(cfg, base_path, flops, mle_path(work, flops, seed), seed)
+    paths['mle'] = mle_control(cfg, base_path, flops, mle_path(work, flops, seed), seed, keep_last=True)
     calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
     return dict(read_seed(A, cfg, paths, base_path, seed, device, calibrated), iters=iters, flops=flops,
                 calibrated=[calibrated, tail_ppl, tail_ppl_1], start=base_path, **tilt_figures)
@@ -182,6 +183,9 @@ def read_seed(A, cfg, paths, base_path, seed, device, calibrated):
         models[arm] = GPT.from_checkpoint(ckpt, device=device)
         ce[arm] = -completion_logprob(models[arm], natural, PROMPT_LEN) / tokens
         kept[arm] = [ckpt['iter_num'], ckpt.get('stopped_at', ckpt['iter_num'])] if paths[arm] != base_path else None
+    # the MLE control where it stopped, as the games are read (they keep their last policy), beside its best on the tail
+    ce['mle_last'] = -completion_logprob(GPT.from_checkpoint(last_of(paths['mle']), device=device), natural,
+                                         PROMPT_LEN) / tokens
     # the arm at its own tail-calibrated temperature: read against the base at its own, what survives calibration
     arm_calibrated = calibrated_temperature(models['distilled'], ckpts['distilled'], cfg['dataset'], device)[0]
     ce['distilled_calibrated'] = -completion_logprob(models['distilled'], natural, PROMPT_LEN, arm_calibrated) / tokens
@@ -260,17 +264,17 @@ def main():
         calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
-    controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle')  # what the arm is read against
+    controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle', 'mle_last')  # what the arm is read against
     print(f"| seed | ppl: base / tilt (K = {A.k}) / {arm} / judge-off / MLE | T* | iterations kept / trained: "
           f"{arm} / judge-off / MLE | {arm} vs base | vs matched T | vs tail-calibrated T | vs judge-off | vs MLE | "
-          f"tilt vs base | gain retained | each at its tail-calibrated T (arm's T) |\n|{'---|' * 12}")
+          f"vs MLE's last | tilt vs base | gain retained | each at its tail-calibrated T (arm's T) |\n|{'---|' * 13}")
     effects, gains = {k: [] for k in (*controls, 'tilt', 'both_calibrated')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
         old = record.get(str(seed), {})
         # new, read on another sweep, or before the two-sample test or the calibrated control: (re)read, the arms
         # reused
         if old.get('temperatures') != A.temperatures or 'c2st' not in old \
-                or 'distilled_calibrated' not in old['ce']:
+                or 'distilled_calibrated' not in old['ce'] or 'mle_last' not in old['ce']:
             try:
                 record[str(seed)] = dict(seed_figures(A, cfg, seed_start(A, cfg, base_path, seed), work, tag, seed,
                                                       device),

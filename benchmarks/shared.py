@@ -45,26 +45,34 @@ def judge_tag(path):
     return f"{os.path.splitext(os.path.basename(path))[0]}_{file_sha256(path)[:8]}"
 
 
-def mle_control(cfg, base, flops, out, seed, extra=()):
+def mle_control(cfg, base, flops, out, seed, extra=(), keep_last=False):
     """base trained further with next-token loss for at most `flops` by the cycle's rule (run_cycles.mle_args: the
     base's final learning rate held, its best checkpoint by the run's own selection split kept), with the training
     options of the run whose config.json is cfg, and `extra` train.py options (a distillation's --mix_dir); trained
-    once to out (written at the end) and reused."""
+    once to out (written at the end) and reused. keep_last: the weights where it stopped too, at last_of(out) (the
+    control read as a game is, which keeps its last policy); a control trained without them is trained again."""
     from configurator import configure
     from data_loader import resolve_data_dir
     from run_cycles import DEFAULTS, base_train_args, mle_args
-    if not os.path.exists(out):
+    if not os.path.exists(out) or (keep_last and not os.path.exists(last_of(out))):
         C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
         _, args = mle_args(C, base, flops, seed)
         work = out + '.work'
         shutil.rmtree(work, ignore_errors=True)
         subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      'train.py'), f'--out_dir={work}']
-                       + base_train_args(C, resolve_data_dir(C.dataset)) + args + list(extra), check=True,
-                       stdout=subprocess.DEVNULL)
+                       + base_train_args(C, resolve_data_dir(C.dataset)) + args + list(extra)
+                       + (['--save_last=True'] if keep_last else []), check=True, stdout=subprocess.DEVNULL)
+        if keep_last:
+            shutil.move(os.path.join(work, 'last.pt'), last_of(out))
         shutil.move(os.path.join(work, 'ckpt.pt'), out)
         shutil.rmtree(work)
     return out
+
+
+def last_of(mle_path):
+    """Where mle_control keeps an MLE control's last weights: beside its kept checkpoint, '_last' before '.pt'."""
+    return os.path.splitext(mle_path)[0] + '_last.pt'
 
 
 @torch.no_grad()

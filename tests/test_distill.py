@@ -11,7 +11,7 @@ import torch
 
 from conftest import ROOT, run_script, toy_run_config, train_tiny
 from data_loader import file_sha256
-from model import GPT
+from model import GPT, load_checkpoint
 from tilt import completion_logprob
 from two_sample import PROMPT_LEN, eval_windows
 
@@ -164,7 +164,12 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
     assert 'two-sample AUC of the distilled arm' in r.stdout
     assert '**over 2 seeds**' in r.stdout and 'unresolved' in r.stdout  # 2 seeds make no claim on a method
     stamps = {p: p.stat().st_mtime for p in work.glob('*.pt')}
-    assert len(stamps) == 6  # 2 seeds x (distilled, judge-off, MLE)
+    assert len(stamps) == 8  # 2 seeds x (distilled, judge-off, MLE, MLE's last weights)
+    for seed in ('1', '2'):  # the MLE control's last weights: where it stopped, read beside its best
+        last = load_checkpoint(str(next(work.glob(f'mle_at_*_s{seed}_last.pt'))))
+        assert last['iter_num'] == record[seed]['kept']['mle'][1] and len(record[seed]['ce']['mle_last']) == 12
+        assert (record[seed]['ce']['mle_last'] == record[seed]['ce']['mle']) == \
+            (record[seed]['kept']['mle'][0] == record[seed]['kept']['mle'][1])
     again = run_script(script, *args)
     def table(out):
         return [line for line in out.splitlines() if line.startswith('|') or line.startswith('gain retained')]
