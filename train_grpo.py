@@ -158,7 +158,8 @@ beta2 = 0.99
 grad_clip = 1.0
 warmup_steps = 10
 # stopping
-reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this (the judge's P(natural) only)
+reward_threshold = 0.9  # stop when the moving average of the mean reward reaches this (the judge's P(natural)
+# only; above 1: never)
 reward_window = 10  # steps in that moving average
 patience = 0  # steps without the moving average improving by min_delta (0 disables)
 min_delta = 0.0
@@ -214,7 +215,7 @@ RANGES = dict(teacher_kl_weight='>= 0', reward_scale='> 0', law_positions='>= 0'
               token_discount='[0, 1]', epsilon='(0, 1)', epsilon_high='> 0', beta='>= 0', num_iterations='>= 1',
               learning_rate='>= 0', weight_decay='>= 0', beta1='[0, 1)', beta2='[0, 1)', grad_clip='>= 0',  # optimizer
               warmup_steps='>= 0',
-              reward_threshold='[0, 1]', reward_window='>= 1', patience='>= 0', min_delta='>= 0', max_kl='>= 0',
+              reward_threshold='>= 0', reward_window='>= 1', patience='>= 0', min_delta='>= 0', max_kl='>= 0',
               judge_update_interval='>= 0', judge_steps='>= 1', judge_learning_rate='> 0', judge_batch_size='>= 1',
               judge_replay='>= 0', judge_unfreeze_layers='>= -1', judge_warmup_steps='>= 0',
               judge_natural_windows='>= 0', nll_weight='>= 0',
