@@ -148,3 +148,49 @@ def test_gain_retained_is_a_share_only_of_a_tilt_that_gains():
     from bench_channels import retained_text
     assert retained_text(0.002, 0.004) == '+50%' and retained_text(-0.001, 0.004) == '-25%'
     assert retained_text(0.002, 0.0) == '–' and retained_text(0.002, -0.001) == '–'
+
+
+def test_an_ensembles_completion_law_is_the_mean_of_its_members_laws():
+    """tilt.ensemble_completion_logprob: one member, or a member twice, is that member (completion_logprob); two
+    members' mean law scores each token at least the mean of their log-probabilities (Jensen) and at most the better
+    one's, and at each token exactly log of the mean of their probabilities."""
+    from model import GPTConfig
+    from policy import token_logprobs
+    from tilt import completion_logprob, ensemble_completion_logprob
+    torch.manual_seed(0)
+    a, b = (GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=1, n_embd=8)).eval() for _ in range(2))
+    windows = torch.randint(0, 11, (5, 16))
+    own = completion_logprob(a, windows, 4, 1.2)
+    np.testing.assert_allclose(ensemble_completion_logprob([a], windows, 4, [1.2]), own, rtol=1e-6)
+    np.testing.assert_allclose(ensemble_completion_logprob([a, a], windows, 4, [1.2, 1.2]), own, rtol=1e-6)
+    pair = ensemble_completion_logprob([a, b], windows, 4, [1.2, 0.9])
+    la, lb = (token_logprobs(m, windows, t)[0].detach().double()[:, 3:] for m, t in ((a, 1.2), (b, 0.9)))
+    np.testing.assert_allclose(pair, torch.log((la.exp() + lb.exp()) / 2).sum(1).numpy(), rtol=1e-6)
+    assert (pair >= (la + lb).sum(1).numpy() / 2 - 1e-9).all()
+    assert (pair <= torch.maximum(la, lb).sum(1).numpy() + 1e-9).all()
+
+
+def test_the_ensemble_bench_reads_an_ensemble_against_the_calibrated_base(tail_base, char_data, tmp_path):
+    """bench_ensemble.py: a base ensembled with itself is the calibrated base (effect 0 on every draw); with a base of
+    another seed, each draw's row and the compute line; a run without a base is a one-line error."""
+    import shutil
+    from conftest import ROOT, run_script, train_tiny
+    script = os.path.join(ROOT, 'benchmarks', 'bench_ensemble.py')
+    twin = tmp_path / 'twin'
+    shutil.copytree(tail_base, twin)
+    r = run_script(script, '--runs', f'{tail_base},{twin}', '--draws', '1,2', '--windows', '8', '--num_samples', '16',
+                   '--device', 'cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line.split(' | ') for line in r.stdout.splitlines() if line.startswith(('| 1 |', '| 2 |'))]
+    assert len(rows) == 2 and all(len(set(row[1].split(' / '))) == 1 for row in rows)  # every ppl the same
+    assert all('+0.00%' in row[2] for row in rows)
+    other = tmp_path / 'other'
+    train_tiny(char_data, str(other), '--max_iters=30', '--eval_interval=10', '--select_tokens=2000', '--seed=7')
+    os.replace(other / 'ckpt.pt', other / 'base_model_v1.pt')
+    shutil.copy(tail_base / 'config.json', other / 'config.json')
+    r = run_script(script, '--runs', f'{tail_base},{other}', '--draws', '1,2', '--windows', '8', '--num_samples', '16',
+                   '--device', 'cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert '**over 2 draws**' in r.stdout and "2 bases' training" in r.stdout and '(2 forward passes)' in r.stdout
+    r = run_script(script, '--runs', f'{tail_base},{tmp_path / "none"}')
+    assert r.returncode == 2 and 'lacks base_model_v1.pt' in r.stderr and 'Traceback' not in r.stderr
