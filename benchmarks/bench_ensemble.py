@@ -69,8 +69,9 @@ def main():
     tokens = length - PROMPT_LEN
     # the evaluation's draw of windows, as bench_tilt's: the run's eval_num_samples unless given
     samples = A.num_samples or cfg.get('eval_num_samples', DEFAULTS['eval_num_samples'])
-    print(f"| draw | ppl: calibrated base / {' / '.join(f'member {i + 1} (T {t:.3f})' for i, t in enumerate(temperatures))}"
-          f" / ensemble | ensemble vs the calibrated base |\n|{'---|' * (3 + len(models))}")
+    members_text = ' / '.join(f"member {i + 1}{', the calibrated base,' if i == 0 else ''} at T {t:.3f}"
+                              for i, t in enumerate(temperatures))
+    print(f"| draw | ppl: {members_text} / ensemble | ensemble vs the calibrated base |\n|---|---|---|")
     effects = []
     for seed in [int(s) for s in A.draws.split(',')]:
         try:
