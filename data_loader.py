@@ -162,6 +162,9 @@ def prepare_dataset(method, out_dir, input_path=None, train_split=0.9, split_blo
     return tokenizer
 
 
+PREPARE_RANGES = dict(train_split='(0, 1)', split_block='>= 0', train_tokens='>= 0')  # prepare.py's numbers
+
+
 def prepare_main(method, out_dir):
     """The CLI of data/shakespeare*/prepare.py."""
     import argparse
@@ -173,7 +176,7 @@ def prepare_main(method, out_dir):
     parser.add_argument('--out_dir', default=out_dir, help="where to write (default: this script's folder)")
     parser.add_argument('--train_tokens', type=int, default=0, help="keep the train split's last N tokens (0: all): "
                         "nested train sizes with val and the vocabulary unchanged")
-    args = parse_checked(parser, sys.argv[1:], dict(train_split='(0, 1)', split_block='>= 0', train_tokens='>= 0'))
+    args = parse_checked(parser, sys.argv[1:], PREPARE_RANGES)
     prepare_dataset(method, args.out_dir, args.input, args.train_split, args.split_block, args.train_tokens)
 
 

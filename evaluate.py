@@ -291,6 +291,7 @@ def base_calibrated_temperature(base_path, dataset, device):
     ckpt = load_checkpoint(base_path)
     return calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, dataset, device)
 
+
 # each number's range and the relations between them, checked (configurator.parse_checked) before anything is read
 RANGES = dict(temperatures='each > 0', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',
               judge_max_blocks='>= 1', judge_samples_per_chunk='>= 1', c2st_folds='0 or >= 2', tilt_k='>= 2',

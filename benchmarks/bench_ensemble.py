@@ -78,10 +78,9 @@ def main():
             natural = eval_windows(val, samples, length, seed)[0][:A.windows].to(device)
         except UserError as e:
             p.error(str(e))
-        ce = [-ensemble_completion_logprob([m], natural, PROMPT_LEN, [t]) / tokens for m, t in zip(models, temperatures)]
-        ensemble = -ensemble_completion_logprob(models, natural, PROMPT_LEN, temperatures) / tokens
+        ensemble, ce = (-lp / tokens for lp in ensemble_completion_logprob(models, natural, PROMPT_LEN, temperatures))
         effects.append(perplexity_effect(ensemble, ce[0], seed))
-        print(f"| {seed} | {' / '.join(f'{np.exp(c.mean()):.4f}' for c in ce + [ensemble])} | "
+        print(f"| {seed} | {' / '.join(f'{np.exp(c.mean()):.4f}' for c in [*ce, ensemble])} | "
               f"{effect_text(effects[-1])} |")
     over = seed_effect(effects, PPL_MARGIN)
     print(f"| **over {len(effects)} draws** | | **{effect_text(over)}** |")

@@ -26,7 +26,7 @@ from configurator import UserError  # noqa: E402
 from data_loader import resolve_data_dir  # noqa: E402
 from model import GPT, evaluate_perplexity, fold_temperature, load_checkpoint, save_atomic  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import base_calibrated_temperature, effect_text, run_files  # noqa: E402
+from shared import calibrated_temperature, effect_text, run_files  # noqa: E402
 from verdict import perplexity_effect  # noqa: E402
 
 
@@ -44,17 +44,18 @@ def main():
     if a.temperature < 0:
         p.error(f"--temperature takes a positive number (or 0: the tail's), got {a.temperature}")
     device = resolve_device(a.device)
+    ckpt = load_checkpoint(base_path)
+    base = GPT.from_checkpoint(ckpt, device=device)
     try:
-        T, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
+        T, tail_ppl, tail_ppl_1 = calibrated_temperature(base, ckpt, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
-    folded = fold_temperature(load_checkpoint(base_path), a.temperature or T)
+    folded = fold_temperature(ckpt, a.temperature or T)
     os.makedirs(a.out_dir, exist_ok=True)
     shutil.copyfile(config_path, os.path.join(a.out_dir, 'config.json'))
     save_atomic(folded, os.path.join(a.out_dir, 'base_model_v1.pt'))
     print(f"{a.run}'s base at T = {a.temperature or T:.4g} written to {a.out_dir}/base_model_v1.pt; its selection "
           f"tail reads ppl {tail_ppl_1:.4f} at T = 1 and {tail_ppl:.4f} at its best temperature, {T:.4g}")
-    base = GPT.from_checkpoint(load_checkpoint(base_path), device=device)
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     (_, ppl_1, ce_1), (_, ppl_T, ce_T) = (evaluate_perplexity(base, val, temperature=t, per_window=True)
                                           for t in (1.0, a.temperature or T))

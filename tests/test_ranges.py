@@ -9,6 +9,7 @@ import pytest
 
 from conftest import run_script
 from configurator import parse_range
+from data_loader import PREPARE_RANGES
 
 # each entry point -> the options that name every output it would write, put under the test's folder
 OUTPUTS = {
@@ -24,7 +25,6 @@ OUTPUTS = {
     'data/shakespeare_char/prepare.py': ['--out_dir={d}/data'],
 }
 ARGPARSE = {'evaluate.py', 'prepare_reward_data.py', 'data/shakespeare_char/prepare.py'}
-PREPARE_RANGES = dict(train_split='(0, 1)', split_block='>= 0', train_tokens='>= 0')  # data_loader.prepare_main's
 
 
 FLOATS = {'temperatures', 'train_split', 'temperature', 'tilt_scale'}  # the argparse scripts' float options
