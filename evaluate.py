@@ -122,7 +122,7 @@ def mauve_with_spread(p_features, q_features, seed, n_boot=10):
 def trunk_signature(state_dict):
     """sha256 of the trunk's tensors (the 'transformer.' ones): equal iff two models share the same trunk."""
     h = hashlib.sha256()
-    for k in sorted(k for k in state_dict if k.startswith('transformer.')):
+    for k in sorted(k for k in state_dict if 'transformer.' in k):  # an ensemble's: members.i.transformer.
         h.update(k.encode())
         h.update(state_dict[k].detach().cpu().contiguous().float().numpy().tobytes())
     return h.hexdigest()

@@ -246,6 +246,10 @@ class GPT(nn.Module):
         left out). The cycle's compute matching counts every stage with it, so it is deterministic."""
         return (6 if backward else 2) * self.get_num_params()
 
+    def new_cache(self, max_len):
+        """An empty KV cache for max_len positions, which hidden_states fills."""
+        return KVCache(self.config.n_layer, max_len)
+
     def hidden_states(self, idx, cache=None, pos=0):
         """The trunk: (B, T) token ids -> (B, T, n_embd) after the final LayerNorm."""
         T = idx.size(1)
@@ -382,7 +386,7 @@ class GPT(nn.Module):
         bs = self.config.block_size
         out = idx.new_full((B, total), -1)
         out[:, :T] = idx
-        cache = KVCache(self.config.n_layer, min(total, bs))
+        cache = self.new_cache(min(total, bs))
         entropies = []
         for t in range(start, total):
             if t == start and t <= bs:
@@ -434,6 +438,13 @@ class GPT(nn.Module):
         any other missing or unexpected key, or a shape that does not fit, is an error. Returns it in eval mode.
         """
         ckpt = load_checkpoint(path) if isinstance(path, (str, os.PathLike)) else path
+        if 'ensemble_args' in ckpt:
+            if mode not in (None, 'generator') or overrides:
+                raise ValueError("an ensemble checkpoint is read and sampled as it is, never trained or turned into a "
+                                 "judge: train or start from one of its members instead")
+            ensemble = Ensemble([cls(GPTConfig(**a)) for a in ckpt['ensemble_args']])
+            ensemble.load_state_dict(ckpt['model'], strict=True)
+            return ensemble.to(device).eval()
         args = dict(ckpt['model_args'])
         saved_mode = args.get('mode', 'generator')
         args['mode'] = mode or saved_mode
@@ -459,6 +470,84 @@ class GPT(nn.Module):
         except RuntimeError as e:
             raise ValueError(f"checkpoint does not fit a {args['mode']} GPT: {e}") from None
         return model.to(device).eval()
+
+
+class Ensemble(nn.Module):
+    """
+    Generators averaged token by token, read and sampled as one generator: each next token's probability the mean
+    of the members', p(x_t | x_<t) = (1/M) sum_m p_m(x_t | x_<t), so its perplexity is exact and sampling it draws
+    each token from that law. What a user with spare compute buys instead of a judge (Kim et al. 2026): an ensemble
+    of bases, each at its own tail-calibrated temperature (benchmarks/calibrate_base.py folds them in and writes one).
+    It stands where a generator is read or sampled: its logits are log p (a temperature and a softmax act on them as
+    on a GPT's), its hidden state the members' side by side, which its lm_head turns into those logits, and its KV
+    cache one a member. Sampled by the eager loop only (the static and graph loops record one model's step); never
+    trained (train.py, GRPO and SPIN refuse its checkpoint: start_problem).
+    """
+
+    def __init__(self, members):
+        super().__init__()
+        first = members[0].config
+        if any(m.config.mode != 'generator' or (m.config.vocab_size, m.config.block_size)
+               != (first.vocab_size, first.block_size) for m in members):
+            raise ValueError("an ensemble takes generators of one vocabulary and block size")
+        self.members = nn.ModuleList(members)
+        self.widths = [m.config.n_embd for m in members]
+        self.config = GPTConfig(**{**asdict(first), 'n_embd': sum(self.widths)})  # the side-by-side state's width
+
+    forward = GPT.forward
+    _generate_eager = GPT._generate_eager
+
+    def get_num_params(self, non_embedding=True):
+        return sum(m.get_num_params(non_embedding) for m in self.members)
+
+    def flops_per_token(self, backward=False):
+        """Every member's pass: an ensemble of M costs M forward passes a token."""
+        return sum(m.flops_per_token(backward) for m in self.members)
+
+    def new_cache(self, max_len):
+        return [m.new_cache(max_len) for m in self.members]
+
+    def hidden_states(self, idx, cache=None, pos=0):
+        """(B, T) token ids -> (B, T, sum of the members' n_embd): their final states side by side."""
+        caches = cache or [None] * len(self.members)
+        return torch.cat([m.hidden_states(idx, c, pos) for m, c in zip(self.members, caches)], dim=-1)
+
+    def lm_head(self, states):
+        """The members' side-by-side states -> the ensemble's logits, log of the mean of their next-token laws
+        (float32)."""
+        log_probs = [F.log_softmax(m.lm_head(s).float(), dim=-1)
+                     for m, s in zip(self.members, states.split(self.widths, dim=-1))]
+        return torch.logsumexp(torch.stack(log_probs), dim=0) - math.log(len(self.members))
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, prompt_lengths=None, generator=None,
+                 entropy=False, sampler='auto'):
+        """GPT.generate with the eager loop, whatever the sampler asked."""
+        return GPT.generate(self, idx, max_new_tokens, temperature, top_k, prompt_lengths, generator, entropy, 'eager')
+
+
+def ensemble_checkpoint(ckpts):
+    """One checkpoint of generator checkpoints, read as their Ensemble by GPT.from_checkpoint: the first one's fields
+    (its tokenization and run config), the members' weights and shapes, and the held-out tail that none of them
+    trained on (the smallest of theirs)."""
+    members = [GPT.from_checkpoint(c) for c in ckpts]
+    first = {k: v for k, v in ckpts[0].items() if k not in ('model', 'model_args', 'optimizer', 'held_out')}
+    held = [c.get('held_out') for c in ckpts]
+    if all(held):
+        first['held_out'] = dict(tokens=min(h['tokens'] for h in held), of=held[0]['of'])
+    return dict(first, model=Ensemble(members).state_dict(), model_args=asdict(members[0].config),
+                ensemble_args=[asdict(m.config) for m in members])
+
+
+def start_problem(ckpt, path):
+    """Why the checkpoint at path cannot start a generator's training (train.py, GRPO, SPIN), or '': a judge is no
+    generator, and an ensemble is read and sampled, never trained."""
+    if ckpt['model_args'].get('mode', 'generator') != 'generator':
+        return f"{path} is a {ckpt['model_args']['mode']} checkpoint: start from a generator checkpoint"
+    if 'ensemble_args' in ckpt:
+        return (f"{path} is an ensemble of {len(ckpt['ensemble_args'])} generators, read and sampled, never trained: "
+                f"start from one of its members")
+    return ''
 
 
 GPT2_NAMES = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')

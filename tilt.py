@@ -41,21 +41,6 @@ def completion_logprob(model, windows, prompt_len, temperature=1.0):
 
 
 @torch.no_grad()
-def ensemble_completion_logprob(models, windows, prompt_len, temperatures):
-    """Each window's log-probability (nats, float64) of its tokens after the first prompt_len under the ensemble of
-    models, each at its own temperature: each next token's probability the mean of theirs, p = (1/M) Σ_m p_m(x_t |
-    x_<t) (the law an ensemble samples from, token by token), so its perplexity is exact. One model: its own.
-    Returns the ensemble's (n,) and each member's alone (M, n), read from the same forward passes."""
-    ensemble, members = [], []
-    for i in range(0, len(windows), ROWS):
-        per_model = torch.stack([token_logprobs(m, windows[i:i + ROWS], t)[0].double()[:, prompt_len - 1:]
-                                 for m, t in zip(models, temperatures)])
-        ensemble.append((torch.logsumexp(per_model, 0) - np.log(len(models))).sum(1).cpu().numpy())
-        members.append(per_model.sum(2).cpu().numpy())
-    return np.concatenate(ensemble), np.concatenate(members, axis=1)
-
-
-@torch.no_grad()
 def judge_log_odds(judge, windows, prompt_len):
     """A reward model's log-odds of natural text (worth.log_odds) on each window, read on its last block_size tokens;
     a token judge's telescoped over the completion after prompt_len tokens, as the game's reward reads it

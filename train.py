@@ -22,7 +22,7 @@ from configurator import UserError, config_defaults, configure, run_cli
 from data_loader import held_out_record, resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
-                   save_checkpoint, update_checkpoint)
+                   save_checkpoint, start_problem, update_checkpoint)
 from runtime import broadcast_stop, setup_runtime
 from tokenization_manager import TokenizationManager
 from tracking import TRACKING_DEFAULTS, Tracker
@@ -144,8 +144,8 @@ def init_model(C, tokenizer, data_dir):
     else:
         ckpt_path = os.path.join(C.out_dir, 'ckpt.pt') if C.init_from == 'resume' else C.init_from
         ckpt = load_checkpoint(ckpt_path)
-        if ckpt['model_args'].get('mode', 'generator') != 'generator':
-            raise UserError(f"{ckpt_path} is a {ckpt['model_args']['mode']} checkpoint; train.py trains generators")
+        if problem := start_problem(ckpt, ckpt_path):
+            raise UserError(problem)
         if ckpt.get('tokenization', {}).get('vocab_size') not in (None, tokenizer.vocab_size):
             raise UserError(f"{ckpt_path} was trained with vocab size {ckpt['tokenization']['vocab_size']}, "
                             f"but {data_dir} has {tokenizer.vocab_size}: use the matching --dataset")

@@ -54,7 +54,8 @@ from early_stopping import EarlyStopping
 from auc import sight_auc
 from judge import NgramJudge, freeze_trunk, judge_update, pair_accuracy, reward_metrics
 from data_loader import words_known_in
-from model import SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs
+from model import (SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, sequence_probs,
+                   start_problem)
 from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
                     token_logprobs, warmup_lr)
 from rewards import NEEDS_TEACHER, kl_regularised, reward_function
@@ -360,8 +361,8 @@ def plot_history(history, path, referee_start=None):
 
 def load_models(C, rt):
     policy_ckpt = load_checkpoint(C.policy_path)
-    if policy_ckpt['model_args'].get('mode', 'generator') != 'generator':
-        raise UserError(f"{C.policy_path} is a reward model; --policy_path takes a generator checkpoint")
+    if problem := start_problem(policy_ckpt, C.policy_path):
+        raise UserError(problem)
     policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
     reference = None
     if C.beta > 0 or C.max_kl > 0 or C.kl_in_reward or C.objective != 'grpo' or C.reward == 'teacher_ratio':

@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
-from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint
+from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, start_problem
 from runtime import (all_reduce_mean, load_resume_state, resume_file, rng_states, run_signature, save_resume_state,
                      set_rng_states, setup_runtime)
 from policy import completion_mask, prompts_and_splits, sample_windows, token_logprobs, warmup_lr
@@ -114,8 +114,8 @@ def opponent_batch(windows, lengths, opponents, mix, N, hi, C, gen, rng, rt):
 
 def load_policy(C, rt):
     ckpt = load_checkpoint(C.policy_path)
-    if ckpt['model_args'].get('mode', 'generator') != 'generator':
-        raise UserError(f"{C.policy_path} is a reward model; --policy_path takes a generator checkpoint")
+    if problem := start_problem(ckpt, C.policy_path):
+        raise UserError(problem)
     policy = GPT.from_checkpoint(ckpt, device=rt.device)
     opponents = [copy.deepcopy(policy).requires_grad_(False).eval()]  # the previous iterate: opponent and reference
     for path in [p for p in C.opponent_paths.split(',') if p]:

@@ -1,7 +1,7 @@
 """
 What a user with spare compute would do instead of a judge: an ensemble of bases trained alike with other seeds,
 each at its own tail-calibrated temperature, each next token's probability the mean of theirs
-(tilt.ensemble_completion_logprob: the ensemble's exact perplexity), read against the first run's base at its
+(model.Ensemble: the ensemble's exact perplexity), read against the first run's base at its
 tail-calibrated temperature on the natural completions bench_tilt.py reads a tilt on (each draw seed its own windows:
 two_sample.eval_windows of the run's eval_num_samples, the first --windows of them).
 
@@ -24,17 +24,18 @@ sys.path.insert(0, ROOT)
 from configurator import UserError  # noqa: E402
 from data_loader import resolve_data_dir  # noqa: E402
 from evaluate import base_calibrated_temperature  # noqa: E402
-from model import GPT  # noqa: E402
+from model import GPT, Ensemble, fold_temperature, load_checkpoint  # noqa: E402
 from run_cycles import DEFAULTS  # noqa: E402
 from runtime import resolve_device  # noqa: E402
 from shared import effect_text, run_files  # noqa: E402
-from tilt import ensemble_completion_logprob  # noqa: E402
+from tilt import completion_logprob  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, perplexity_effect, seed_effect  # noqa: E402
 
 
 def members(runs, parser, device):
-    """Each run's base, its tail-calibrated temperature and the run's config; one dataset and shape for all."""
+    """Each run's base at its tail-calibrated temperature (folded in: model.fold_temperature), that temperature and
+    the run's config; one dataset and shape for all."""
     out = []
     for run in runs:
         base_path, _, cfg = run_files(run, parser)
@@ -42,7 +43,7 @@ def members(runs, parser, device):
             T = base_calibrated_temperature(base_path, cfg['dataset'], device)[0]
         except UserError as e:
             parser.error(f"{run}: {e}")
-        out.append((GPT.from_checkpoint(base_path, device=device), T, cfg))
+        out.append((GPT.from_checkpoint(fold_temperature(load_checkpoint(base_path), T), device=device), T, cfg))
     if len({(resolve_data_dir(c['dataset']), m.config.block_size, m.config.vocab_size) for m, _, c in out}) > 1:
         parser.error("--runs take bases of one dataset, block size and vocabulary")
     return out
@@ -63,6 +64,7 @@ def main():
     device = resolve_device(A.device)
     bases = members(runs, p, device)
     models, temperatures = [m for m, _, _ in bases], [t for _, t, _ in bases]
+    ensemble = Ensemble(models)
     cfg = bases[0][2]
     val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     length = models[0].config.block_size
@@ -78,14 +80,14 @@ def main():
             natural = eval_windows(val, samples, length, seed)[0][:A.windows].to(device)
         except UserError as e:
             p.error(str(e))
-        ensemble, ce = (-lp / tokens for lp in ensemble_completion_logprob(models, natural, PROMPT_LEN, temperatures))
-        effects.append(perplexity_effect(ensemble, ce[0], seed))
-        print(f"| {seed} | {' / '.join(f'{np.exp(c.mean()):.4f}' for c in [*ce, ensemble])} | "
+        ce = [-completion_logprob(m, natural, PROMPT_LEN) / tokens for m in [*models, ensemble]]
+        effects.append(perplexity_effect(ce[-1], ce[0], seed))
+        print(f"| {seed} | {' / '.join(f'{np.exp(c.mean()):.4f}' for c in ce)} | "
               f"{effect_text(effects[-1])} |")
     over = seed_effect(effects, PPL_MARGIN)
     print(f"| **over {len(effects)} draws** | | **{effect_text(over)}** |")
     print(f"compute: {len(models)} bases' training; a scored window of {tokens} completion tokens costs "
-          f"{sum(m.flops_per_token() for m in models) * length:.3g} FLOPs ({len(models)} forward passes), the "
+          f"{ensemble.flops_per_token() * length:.3g} FLOPs ({len(models)} forward passes), the "
           f"calibrated base's {models[0].flops_per_token() * length:.3g}")
 
 

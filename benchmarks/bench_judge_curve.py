@@ -33,6 +33,9 @@ beside the data (a judge bench_tilt.py --source, sample.py --judge and train_grp
 --reward_model_path read), or judge_window_curve_...pt, and each point's figures, as it finishes, to
 curve_[window_<epochs>ep_]s<seed>_...json there: a rerun with the same settings reads the points it finds (an
 interrupted run resumes) and --plot PATH draws the curve.
+
+A run whose base is an ensemble (calibrate_base.py --run R1,R2) samples its negatives from the ensemble, token by
+token from the mean of its members' laws, and has no MLE control (an ensemble is never trained): its MLE cells read –.
 """
 import argparse
 import contextlib
@@ -167,7 +170,7 @@ def plot(points, path, title, judge_name):
         color = None  # the judge's next colour, then the same for its MLE control
         x = [q['windows'] * q['negatives'] for q in qs]
         for key, style, label in (('judge', 'o-', f'{judge_name}, {n:,} natural windows'),
-                                  ('mle', 's--', f'MLE control at its FLOPs ({n:,})')):
+                                  ('mle', 's--', f'MLE control at its FLOPs ({n:,})'))[:2 if qs[0]['mle'] else 1]:
             y = np.array([q[key]['per_prompt'] for q in qs])
             err = np.abs(np.array([q[key]['per_prompt_ci'] for q in qs]).T - y)
             line = ax.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=label, color=color,
@@ -198,13 +201,17 @@ def over_seeds(paths, seeds, judge_name):
                  for rec in records]
         if None in point:
             continue
-        judge, mle = ([r[k]['per_prompt'] for r in point] for k in ('judge', 'mle'))
-        sight = [r['judge']['auc'] for r in point]
-        mean, margin = (seed_effect(v, 0.0) for v in (judge, [a - b for a, b in zip(judge, mle)]))
+        judge, sight = [r['judge']['per_prompt'] for r in point], [r['judge']['auc'] for r in point]
+        mean = seed_effect(judge, 0.0)
+        mle_cells = '– | –'  # an ensemble's points have no MLE control
+        if all(r['mle'] for r in point):
+            mle = [r['mle']['per_prompt'] for r in point]
+            margin = seed_effect([a - b for a, b in zip(judge, mle)], 0.0)
+            mle_cells = (f"{' / '.join(f'{v:.2f}' for v in mle)} | "
+                         f"{margin['effect']:+.2f} [{margin['ci'][0]:+.2f}, {margin['ci'][1]:+.2f}]")
         print(f"| {q['windows']} / {q['windows'] * q['negatives']} | {' / '.join(f'{v:.2f}' for v in judge)} | "
               f"{mean['effect']:.2f} [{mean['ci'][0]:.2f}, {mean['ci'][1]:.2f}] | "
-              f"{' / '.join(f'{v:.3f}' for v in sight)} | {' / '.join(f'{v:.2f}' for v in mle)} | "
-              f"{margin['effect']:+.2f} [{margin['ci'][0]:+.2f}, {margin['ci'][1]:+.2f}] |")
+              f"{' / '.join(f'{v:.3f}' for v in sight)} | {mle_cells} |")
 
 
 def main():
@@ -266,7 +273,8 @@ def main():
         sys.exit(f"error: --windows asks for {max(windows)} train windows but {data} holds {blocks}: ask for at most "
                  f"{blocks} (0: every one)")
     base = GPT.from_checkpoint(base_path, device=device)
-    tokenization = load_checkpoint(base_path)['tokenization']
+    base_ckpt = load_checkpoint(base_path)
+    tokenization, ensemble = base_ckpt['tokenization'], 'ensemble_args' in base_ckpt
     tok = TokenizationManager.from_info(tokenization)
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
     texts = None  # sampled at the first point not yet recorded
@@ -296,15 +304,18 @@ def main():
             # (a GPT judge's; the n-gram fit runs on CPU, its seconds given)
             flops = train_flops * len(rows) * k / train_samples + select_flops * k / K + judge_flops
             line, figures = row(f'{len(rows)} / {len(rows) * k} ({chosen})', score, texts, flops, A.seed)
-            mle_path = os.path.join(work, f'mle_at_{flops:.4g}_flops_s{A.seed}.pt')
-            mle = GPT.from_checkpoint(mle_control(cfg, base_path, flops, mle_path, A.seed + 1), device=device)
-            mle_line, mle_figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN, temperature)
-                                        - completion_logprob(base, w, PROMPT_LEN, temperature), texts, flops, A.seed)
-            mle_cells = mle_line.split(' | ')[2:5]  # its sight, pooled and per-prompt worth
+            mle_cells, mle_figures = ['–'] * 3, None  # an ensemble is never trained: no MLE control starts from it
+            if not ensemble:
+                mle_path = os.path.join(work, f'mle_at_{flops:.4g}_flops_s{A.seed}.pt')
+                mle = GPT.from_checkpoint(mle_control(cfg, base_path, flops, mle_path, A.seed + 1), device=device)
+                mle_line, mle_figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN, temperature)
+                                            - completion_logprob(base, w, PROMPT_LEN, temperature), texts, flops,
+                                            A.seed)
+                mle_cells = mle_line.split(' | ')[2:5]  # its sight, pooled and per-prompt worth
             lines.append(line.rsplit(' | ', 2)[0] + f' | {fit_seconds:.0f} | ' + ' | '.join(mle_cells) + ' |')
             print(lines[-1], file=sys.stderr, flush=True)
             points.append(dict(windows=len(rows), negatives=k, flops=flops, chosen=chosen, line=lines[-1],
-                               judge=worth_figures(figures), mle=worth_figures(mle_figures)))
+                               judge=worth_figures(figures), mle=mle_figures and worth_figures(mle_figures)))
             write_atomic(record, lambda path: json.dump(points, open(path, 'w'), indent=1))
     print(f"\nthe {judge_name}'s worth against its data, on {A.run}'s base at temperature {temperature:g}; "
           f"{A.select_windows} held-out train windows "

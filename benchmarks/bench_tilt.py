@@ -5,14 +5,15 @@ temperature, on the two-sample test and on its natural completions' perplexity (
 seed, each with its own draws: bench_arms' runs), and over the seeds.
 
   python benchmarks/bench_tilt.py --runs RUN[,RUN...] --source TEACHER.pt|judge [--tilt_k 32] [--tilt_scale 1]
-      [--tilt_windows 250] [--draws SEED,SEED,SEED] [--mle MLE.pt] [--out tilt.json]
+      [--tilt_windows 250] [--draws SEED,SEED,SEED] [--mle MLE.pt] [--control OTHER.pt] [--out tilt.json]
 
 Each run needs base_model_v1.pt, eval_v1.json and sweep_v1.json (run_cycles.py with its controls); --source judge
 tilts each run's base v1 by its own reward_model_v1.pt. The tilt's point is written beside them
 (tilt_{source}_k{K}.json) and read again by a rerun. A run with no cycle (a plateau base, run_cycles --num_cycles=0)
 is read over --draws SEED,SEED,...: each draw evaluates base v1 at the run's control temperatures with its own
 prompts, windows and samples (points_d{SEED}.json) and tilts it with them (tilt_..._d{SEED}.json). --mle adds an MLE
-control of the base, read on each draw's windows. The last table reads the tilt's perplexity at every K of tilt.py
+control of the base, read on each draw's windows, and --control any other generator (a checkpoint at T = 1: the calibrated
+base beside the tilt of an ensemble) read on them too. The last table reads the tilt's perplexity at every K of tilt.py
 (8, 32, 128) against each control over the draws, in nats a token (a character at char level) and a word (the val
 split's tokens a word, spaces included), with the estimator's cap, log K nats a completion.
 """
@@ -74,11 +75,11 @@ def tail_calibrated(run, device):
         return None
 
 
-def completion_controls(run, mle, temperature, dataset, device, tilt, seed):
+def completion_controls(run, mle, temperature, dataset, device, tilt, seed, other=''):
     """The controls read on the tilt's natural completions alone (no samples of theirs): the base at its
-    tail-calibrated temperature (where it has one), and the MLE control (where given) at the tilt's temperature and,
+    tail-calibrated temperature (where it has one), the MLE control (where given) at the tilt's temperature and,
     where it holds out a tail, at its own tail-calibrated one (calibrated again: the strongest cheap control of a base
-    that is itself calibrated), each at the tilt's draws."""
+    that is itself calibrated), and another generator (where given: 'control', at T = 1), each at the tilt's draws."""
     def read(path, t):
         return dict(temperature=t, completion_window_cross_entropy=completion_cross_entropy(
             path, dataset, device, t, tilt['num_samples'], tilt['sample_length'], seed))
@@ -89,7 +90,7 @@ def completion_controls(run, mle, temperature, dataset, device, tilt, seed):
             controls['mle_calibrated'] = read(mle, base_calibrated_temperature(mle, dataset, device)[0])
         except UserError:  # an MLE control that holds out no tail has no calibrated reading
             pass
-    return controls
+    return {**controls, **({'control': read(other, 1.0)} if other else {})}
 
 
 def per_k_effects(tilt, controls):
@@ -135,6 +136,8 @@ def main():
     p.add_argument('--draws', default='', help="draw seeds, comma-separated: one run read over draws of its own")
     p.add_argument('--mle', default='', help="an MLE control of the base (its checkpoint), read on the same windows; "
                    "comma-separated: one for each run or draw, as --source")
+    p.add_argument('--control', default='', help="another generator's checkpoint, read at T = 1 on the same windows "
+                   "(the calibrated base beside the tilt of an ensemble)")
     p.add_argument('--out', default='')
     A = p.parse_args()
     t0, verdicts, rows, per_k, calibrated = time.time(), [], [], [], {}
@@ -154,7 +157,8 @@ def main():
                                  tilt, seed)
         if run not in calibrated:
             calibrated[run] = tail_calibrated(run, resolve_device(A.device))
-        controls.update(completion_controls(run, mle, calibrated[run], dataset, resolve_device(A.device), tilt, seed))
+        controls.update(completion_controls(run, mle, calibrated[run], dataset, resolve_device(A.device), tilt, seed,
+                                            A.control))
         per_k.append(per_k_effects(tilt, controls))
         v = dict(verdicts=tilt_verdict(tilt, controls), draw_seed=seed, matched_temperature=controls['temperature']
                  ['temperature'], tilt_perplexity=tilt['tilt_perplexity'], tilt_ess=tilt['tilt_ess'],
@@ -173,7 +177,8 @@ def main():
           "vs base: perplexity; two-sample | vs matched temperature: perplexity; two-sample | "
           "vs tail-calibrated T: perplexity (T) |\n" + '|---' * 8 + '|')
     print('\n'.join(rows))
-    over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature', 'calibrated', 'mle', 'mle_calibrated')
+    over = {c: method_verdict(verdicts, c) for c in ('base', 'temperature', 'calibrated', 'mle', 'mle_calibrated',
+                                                     'control')
             if all(c in v['verdicts'] for v in verdicts)}
     for c, m in over.items():
         print(f"over {len(verdicts)} seeds vs {c}: perplexity "

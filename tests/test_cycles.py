@@ -285,7 +285,7 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
     # a base with no cycle's controls (a plateau's), read over draws of its own with an MLE control, at every K
     r = run_script(os.path.join(ROOT, 'benchmarks', 'bench_tilt.py'), '--runs', str(tilted), '--source', 'judge',
                    '--tilt_k', '4', '--tilt_windows', '4', '--draws', '5,6', '--mle', str(tilted / 'mle_tilt_v2.pt'),
-                   '--device', 'cpu')
+                   '--control', str(tilted / 'mle_tilt_v2.pt'), '--device', 'cpu')
     assert r.returncode == 0, r.stderr[-2000:]
     for seed in (5, 6):
         points = json.loads((tilted / f'points_d{seed}.json').read_text())
@@ -294,8 +294,13 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
                    ['tilt_window_cross_entropy']['128']) == 4
     table = r.stdout[r.stdout.index('at each K'):]
     assert [line.split(' | ')[0] for line in table.splitlines() if line.startswith('| ') and line[2].isdigit()] == \
-        ['| 4', '| 8', '| 32', '| 128'] and '| vs base | vs temperature | vs calibrated | vs mle | vs mle_calibrated |' \
-        in table
+        ['| 4', '| 8', '| 32', '| 128'] and \
+        '| vs base | vs temperature | vs calibrated | vs mle | vs mle_calibrated | vs control |' in table
+    # --control: another generator read at T = 1 on the same windows (here the MLE control: at the tilt's T, its twin)
+    over = {line.split(' vs ')[1].split(':')[0]: line.split('perplexity ')[1].split(';')[0]
+            for line in r.stdout.splitlines() if line.startswith('over 2 seeds vs ')}
+    assert over['control'] == over['mle'] if json.loads((tilted / 'tilt_judge_k4_a1_d5.json').read_text())[0][
+        'temperature'] == 1 else 'control' in over
     # the MLE control holds out the base's tail too: it is read again at its own tail-calibrated temperature
     assert 'over 2 seeds vs mle_calibrated: perplexity' in r.stdout and 'over 2 seeds vs mle: perplexity' in r.stdout
     # the base holds out a selection tail: the tail-calibrated control reads on every draw and over them
@@ -305,7 +310,7 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
     mle = str(tilted / 'mle_tilt_v2.pt')
     again = run_script(os.path.join(ROOT, 'benchmarks', 'bench_tilt.py'), '--runs', str(tilted), '--source',
                        'judge,judge', '--tilt_k', '4', '--tilt_windows', '4', '--draws', '5,6', '--mle', f'{mle},{mle}',
-                       '--device', 'cpu')
+                       '--control', mle, '--device', 'cpu')
     def tables(out):
         return out[out.index('| draw seed'):].splitlines()[:-1]  # the last line is the time
     assert again.returncode == 0 and tables(again.stdout) == tables(r.stdout)

@@ -142,6 +142,56 @@ def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, cha
     assert not (tmp_path / 'none').exists()
 
 
+def test_the_ensemble_of_calibrated_bases_is_written_sampled_and_never_trained(tail_base, char_data, tmp_path):
+    """calibrate_base.py --run R1,R2: each base at its own tail-calibrated temperature, written as one ensemble (a
+    base ensembled with its twin is its calibrated self: the same val perplexity, effect 0); bases of other tails are a
+    one-line error that writes nothing; train.py refuses to start from an ensemble. bench_judge_curve.py samples an
+    ensemble's negatives and reads its judge with no MLE control (an ensemble is never trained): its cells read –."""
+    import shutil
+    from conftest import ROOT, run_script
+    from model import Ensemble, load_checkpoint
+    script = os.path.join(ROOT, 'benchmarks', 'calibrate_base.py')
+    twin = tmp_path / 'twin'
+    shutil.copytree(tail_base, twin)
+    out = tmp_path / 'ensemble'
+    r = run_script(script, '--run', f'{tail_base},{twin}', '--out_dir', str(out), '--device', 'cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    ensemble = GPT.from_checkpoint(str(out / 'base_model_v1.pt'))
+    assert isinstance(ensemble, Ensemble) and len(ensemble.members) == 2
+    import re
+    first, pair = re.search(r'ppl ([0-9.]+) the first base at T = [0-9.]+, ([0-9.]+) the ensemble', r.stdout).groups()
+    assert first == pair and '+0.00%' in r.stdout.splitlines()[-1]
+    val = np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)
+    T = float(r.stdout.split('folded at T = ')[1].split()[0])
+    assert evaluate_perplexity(ensemble, val)[1] == pytest.approx(
+        evaluate_perplexity(GPT.from_checkpoint(str(tail_base / 'base_model_v1.pt')), val, temperature=T)[1], rel=1e-4)
+    other = tmp_path / 'other_tail'
+    shutil.copytree(tail_base, other)
+    ckpt = load_checkpoint(str(other / 'base_model_v1.pt'))
+    torch.save({**ckpt, 'held_out': dict(ckpt['held_out'], tokens=3000)}, other / 'base_model_v1.pt')
+    r = run_script(script, '--run', f'{tail_base},{other}', '--out_dir', str(tmp_path / 'mixed'), '--device', 'cpu')
+    assert r.returncode == 2 and 'one held-out tail' in r.stderr and 'Traceback' not in r.stderr
+    assert not (tmp_path / 'mixed').exists()
+    ensemble_path = out / 'base_model_v1.pt'
+    for script, *args in (('train.py', f'--dataset={char_data}', f'--out_dir={tmp_path / "t"}',
+                           f'--init_from={ensemble_path}', '--max_iters=1', '--block_size=32'),
+                          ('train_grpo.py', f'--policy_path={ensemble_path}', f'--out_path={tmp_path / "g.pt"}',
+                           f'--reward_model_path={tmp_path / "none.pt"}', '--device=cpu'),
+                          ('train_spin.py', f'--policy_path={ensemble_path}', f'--out_path={tmp_path / "s.pt"}',
+                           f'--dataset={char_data}', '--device=cpu')):
+        r = run_script(script, *args)
+        assert r.returncode != 0 and 'never trained' in r.stderr and 'Traceback' not in r.stderr, (script, r.stderr)
+    curve = os.path.join(ROOT, 'benchmarks', 'bench_judge_curve.py')
+    common = ['--run', str(out), '--windows', '0', '--negatives', '1', '--select_windows', '4', '--num_samples', '12',
+              '--read_negatives', '2']
+    r = run_script(curve, *common)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = next(line for line in r.stdout.splitlines() if 'C = ' in line)
+    assert row.endswith('| – | – | – |') and not list((out / 'recipes').glob('*/mle_at_*'))
+    r = run_script(curve, *common, '--over_seeds', '1337,1337')
+    assert r.returncode == 0 and r.stdout.splitlines()[-1].endswith('| – | – |'), r.stderr[-2000:]
+
+
 def test_gain_retained_is_a_share_only_of_a_tilt_that_gains():
     """bench_channels' retained column: the arm's gain over its tilt's, and '–' where the tilt gained nothing or lost
     (a share of a loss would read a loss as kept)."""
@@ -150,25 +200,51 @@ def test_gain_retained_is_a_share_only_of_a_tilt_that_gains():
     assert retained_text(0.002, 0.0) == '–' and retained_text(0.002, -0.001) == '–'
 
 
-def test_an_ensembles_completion_law_is_the_mean_of_its_members_laws():
-    """tilt.ensemble_completion_logprob: one member, or a member twice, is that member (completion_logprob); two
-    members' mean law scores each token at least the mean of their log-probabilities (Jensen) and at most the better
-    one's, and at each token exactly log of the mean of their probabilities."""
-    from model import GPTConfig
-    from policy import token_logprobs
-    from tilt import completion_logprob, ensemble_completion_logprob
+@torch.no_grad()
+def test_an_ensemble_is_the_mean_of_its_members_laws_read_and_sampled(tmp_path):
+    """model.Ensemble: one member, or a member twice, is that member; two members' law is at each token exactly log of
+    the mean of their probabilities (so at least the mean of their log-probabilities, Jensen, and at most the better
+    one's), held-out perplexity included; its KV-cached sampling draws from that law (each step's entropy is the
+    law's, recomputed without a cache, and one member samples its member's tokens); its checkpoint reads back as the
+    same ensemble with the smallest held-out tail, and it is never a trainer's start."""
+    from model import Ensemble, ensemble_checkpoint, load_checkpoint, sampling_entropy, start_problem
+    from tilt import completion_logprob
     torch.manual_seed(0)
-    a, b = (GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=1, n_embd=8)).eval() for _ in range(2))
+    a = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=1, n_embd=8)).eval()
+    b = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=16)).eval()
     windows = torch.randint(0, 11, (5, 16))
     own = completion_logprob(a, windows, 4, 1.2)
-    np.testing.assert_allclose(ensemble_completion_logprob([a], windows, 4, [1.2])[0], own, rtol=1e-6)
-    np.testing.assert_allclose(ensemble_completion_logprob([a, a], windows, 4, [1.2, 1.2])[0], own, rtol=1e-6)
-    pair, members = ensemble_completion_logprob([a, b], windows, 4, [1.2, 0.9])
-    np.testing.assert_allclose(members, [own, completion_logprob(b, windows, 4, 0.9)], rtol=1e-6)
-    la, lb = (token_logprobs(m, windows, t)[0].detach().double()[:, 3:] for m, t in ((a, 1.2), (b, 0.9)))
-    np.testing.assert_allclose(pair, torch.log((la.exp() + lb.exp()) / 2).sum(1).numpy(), rtol=1e-6)
-    assert (pair >= (la + lb).sum(1).numpy() / 2 - 1e-9).all()
-    assert (pair <= torch.maximum(la, lb).sum(1).numpy() + 1e-9).all()
+    np.testing.assert_allclose(completion_logprob(Ensemble([a]), windows, 4, 1.2), own, rtol=1e-6)
+    np.testing.assert_allclose(completion_logprob(Ensemble([a, a]), windows, 4, 1.2), own, rtol=1e-6)
+    pair = Ensemble([a, b])
+    la, lb = (torch.log_softmax(m(windows, all_logits=True)[0].double(), -1) for m in (a, b))
+    np.testing.assert_allclose(pair(windows, all_logits=True)[0].double(), torch.log((la.exp() + lb.exp()) / 2),
+                               atol=1e-6)
+    lp, la_c, lb_c = (completion_logprob(m, windows, 4) for m in (pair, a, b))
+    assert (lp >= (la_c + lb_c) / 2 - 1e-6).all() and (lp <= np.maximum(la_c, lb_c) + 1e-6).all()
+    tokens = np.random.default_rng(0).integers(0, 11, 200).astype(np.uint16)
+    ce = evaluate_perplexity(pair, tokens)[0]
+    assert evaluate_perplexity(a, tokens)[0] != pytest.approx(ce) and pair.flops_per_token() == \
+        a.flops_per_token() + b.flops_per_token()
+    gen = torch.Generator().manual_seed(3)
+    out, ent = pair.generate(windows[:, :4], 12, 0.8, generator=gen, entropy=True, sampler='static')
+    for t in range(4, 16):  # the cached steps' laws are the ensemble's own, read afresh on each prefix
+        torch.testing.assert_close(ent[:, t - 4], sampling_entropy(pair(out[:, :t])[0][:, -1], 0.8), atol=1e-5,
+                                   rtol=1e-5)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert torch.equal(a.generate(windows[:, :4], 12, 0.8, generator=g1),
+                       Ensemble([a]).generate(windows[:, :4], 12, 0.8, generator=g2))
+    ckpts = [dict(model=m.state_dict(), model_args=vars(m.config).copy(), tokenization=dict(method='char'),
+                  held_out=dict(tokens=n, of=1000)) for m, n in ((a, 300), (b, 200))]
+    path = tmp_path / 'ensemble.pt'
+    torch.save(ensemble_checkpoint(ckpts), path)
+    ckpt = load_checkpoint(str(path))
+    back = GPT.from_checkpoint(ckpt)
+    assert isinstance(back, Ensemble) and ckpt['held_out'] == dict(tokens=200, of=1000)
+    torch.testing.assert_close(back(windows, all_logits=True)[0], pair(windows, all_logits=True)[0])
+    assert 'never trained' in start_problem(ckpt, str(path)) and start_problem(ckpts[0], 'a') == ''
+    with pytest.raises(ValueError, match='never trained'):
+        GPT.from_checkpoint(ckpt, mode='reward')
 
 
 def test_the_ensemble_bench_reads_an_ensemble_against_the_calibrated_base(tail_base, char_data, tmp_path):
