@@ -98,11 +98,43 @@ def test_every_file_the_readme_names_exists():
     assert len(named) > 20 and not missing, f"the README names files that do not exist: {missing}"
 
 
-def test_the_results_are_a_paper_and_the_log_is_indexed():
-    """docs/results.md is the paper a researcher reads in twenty minutes (at most 500 lines); the lab log under
-    docs/log/ has an index naming each of its pages; and every doc path a page of docs/ names exists."""
+def table_cells(text):
+    """Every cell of every markdown table in text."""
+    return [c.strip() for line in text.splitlines() if line.startswith('|') for c in line.strip().strip('|').split('|')]
+
+
+def test_the_front_door_and_the_paper_are_short():
+    """The README is read in three minutes (at most 1,600 words) and docs/results.md in twenty (at most 4,000): words,
+    not lines, so that packing lines cannot hide length; no table cell in either holds more than 200 characters; the
+    paper's prose names no dates (they live in its one table of machines and dates)."""
     import re
-    assert len(open(os.path.join(ROOT, 'docs', 'results.md')).read().splitlines()) <= 500
+    for page, words in (('README.md', 1600), (os.path.join('docs', 'results.md'), 4000)):
+        text = open(os.path.join(ROOT, page)).read()
+        assert len(text.split()) <= words, f"{page} has {len(text.split())} words, more than {words}"
+        long = [c[:60] for c in table_cells(text) if len(c) > 200]
+        assert not long, f"{page} has table cells over 200 characters: {long}"
+    paper = open(os.path.join(ROOT, 'docs', 'results.md')).read()
+    dated = [line[:60] for line in paper.splitlines() if not line.startswith('|') and re.search(r'\b20\d\d-\d\d-\d\d', line)]
+    assert not dated, f"dated prose lines in docs/results.md: {dated}"
+
+
+def test_the_readmes_answer_is_the_papers():
+    """Every figure with an interval in the README's answer (its headline, three lines and table) appears, the same,
+    in docs/results.md: the front door cannot drift from the paper."""
+    import re
+    readme = open(os.path.join(ROOT, 'README.md')).read()
+    answer = readme[readme.index('## The answer'):readme.index('\n## ', readme.index('## The answer') + 5)]
+    paper = ' '.join(open(os.path.join(ROOT, 'docs', 'results.md')).read().split())
+    figures = re.findall(r'[+−-]?\d+\.\d+%? \[[+−-]?\d+\.\d+%?, [+−-]?\d+\.\d+%?\]', ' '.join(answer.split()))
+    assert len(figures) >= 10, figures
+    missing = [f for f in figures if f not in paper]
+    assert not missing, f"the README's answer has figures docs/results.md does not: {missing}"
+
+
+def test_the_results_are_a_paper_and_the_log_is_indexed():
+    """The lab log under docs/log/ has an index naming each of its pages; and every doc path a page of docs/ names
+    exists."""
+    import re
     index = open(os.path.join(ROOT, 'docs', 'log', 'README.md')).read()
     pages = sorted(os.path.basename(f) for f in glob.glob(os.path.join(ROOT, 'docs', 'log', '*.md')))
     assert [p for p in pages if p != 'README.md' and p not in index] == [] and len(pages) > 3
