@@ -98,6 +98,9 @@ def test_every_file_the_readme_names_exists():
     assert len(named) > 20 and not missing, f"the README names files that do not exist: {missing}"
 
 
+INTERVAL_FIGURE = r'[+−-]?\d+\.\d+%? \[[+−-]?\d+\.\d+%?, [+−-]?\d+\.\d+%?\]'  # a figure with its 95% interval
+
+
 def table_cells(text):
     """Every cell of every markdown table in text."""
     return [c.strip() for line in text.splitlines() if line.startswith('|') for c in line.strip().strip('|').split('|')]
@@ -106,7 +109,8 @@ def table_cells(text):
 def test_the_front_door_and_the_paper_are_short():
     """The README is read in three minutes (at most 1,600 words) and docs/results.md in twenty (at most 4,000): words,
     not lines, so that packing lines cannot hide length; no table cell in either holds more than 200 characters; the
-    paper's prose names no dates (they live in its one table of machines and dates)."""
+    paper gives each figure once and names no dates in its prose (they live in its one table of machines and
+    dates)."""
     import re
     for page, words in (('README.md', 1600), (os.path.join('docs', 'results.md'), 4000)):
         text = open(os.path.join(ROOT, page)).read()
@@ -114,6 +118,9 @@ def test_the_front_door_and_the_paper_are_short():
         long = [c[:60] for c in table_cells(text) if len(c) > 200]
         assert not long, f"{page} has table cells over 200 characters: {long}"
     paper = open(os.path.join(ROOT, 'docs', 'results.md')).read()
+    figures = re.findall(INTERVAL_FIGURE, ' '.join(paper.split()))
+    twice = sorted({f for f in figures if figures.count(f) > 1})
+    assert len(figures) > 20 and not twice, f"figures docs/results.md gives more than once: {twice}"
     dated = [line[:60] for line in paper.splitlines() if not line.startswith('|') and re.search(r'\b20\d\d-\d\d-\d\d', line)]
     assert not dated, f"dated prose lines in docs/results.md: {dated}"
 
@@ -125,7 +132,7 @@ def test_the_readmes_answer_is_the_papers():
     readme = open(os.path.join(ROOT, 'README.md')).read()
     answer = readme[readme.index('## The answer'):readme.index('\n## ', readme.index('## The answer') + 5)]
     paper = ' '.join(open(os.path.join(ROOT, 'docs', 'results.md')).read().split())
-    figures = re.findall(r'[+−-]?\d+\.\d+%? \[[+−-]?\d+\.\d+%?, [+−-]?\d+\.\d+%?\]', ' '.join(answer.split()))
+    figures = re.findall(INTERVAL_FIGURE, ' '.join(answer.split()))
     assert len(figures) >= 10, figures
     missing = [f for f in figures if f not in paper]
     assert not missing, f"the README's answer has figures docs/results.md does not: {missing}"
