@@ -9,9 +9,10 @@ two_sample.eval_windows of the run's eval_num_samples, the first --windows of th
       [--num_samples N] [--device auto]
 
 Each RUN is a run_cycles.py folder with a base (base_model_v1.pt, config.json), the bases of one dataset and shape
-(run_cycles.py ... --seed=S makes another). Prints each draw's perplexities and the ensemble's effect against the
-calibrated first base (verdict.perplexity_effect), over the draws (verdict.seed_effect), and the compute: an ensemble
-of M costs M bases' training and M forward passes a scored window.
+(run_cycles.py ... --seed=S makes another; --n_embd=256 a wider one). Prints each draw's perplexities, each other
+member's effect and the ensemble's against the calibrated first base (verdict.perplexity_effect), over the draws
+(verdict.seed_effect), and the compute: an ensemble of M costs M bases' training and M forward passes a scored window.
+A wider generator, calibrated, is read here as member 2 against the calibrated base, on the same windows.
 """
 import argparse
 import os
@@ -73,23 +74,24 @@ def main():
     samples = A.num_samples or cfg.get('eval_num_samples', DEFAULTS['eval_num_samples'])
     members_text = ' / '.join(f"member {i + 1}{', the calibrated base,' if i == 0 else ''} at T {t:.3f}"
                               for i, t in enumerate(temperatures))
-    print(f"| draw | ppl: {members_text} / ensemble | ensemble vs the calibrated base |\n|---|---|---|")
-    effects = []
+    others = [f'member {i + 1}' for i in range(1, len(models))] + ['ensemble']
+    print(f"| draw | ppl: {members_text} / ensemble | "
+          + ' | '.join(f'{o} vs the calibrated base' for o in others) + ' |\n' + '|---' * (2 + len(others)) + '|')
+    effects = []  # a draw's effects of each other member and of the ensemble against the calibrated base
     for seed in [int(s) for s in A.draws.split(',')]:
         try:
             natural = eval_windows(val, samples, length, seed)[0][:A.windows].to(device)
         except UserError as e:
             p.error(str(e))
         ce = [-completion_logprob(m, natural, PROMPT_LEN) / tokens for m in [*models, ensemble]]
-        effects.append(perplexity_effect(ce[-1], ce[0], seed))
+        effects.append([perplexity_effect(c, ce[0], seed) for c in ce[1:]])
         print(f"| {seed} | {' / '.join(f'{np.exp(c.mean()):.4f}' for c in ce)} | "
-              f"{effect_text(effects[-1])} |")
-    over = seed_effect(effects, PPL_MARGIN)
-    print(f"| **over {len(effects)} draws** | | **{effect_text(over)}** |")
+              + ' | '.join(effect_text(e) for e in effects[-1]) + ' |')
+    over = [seed_effect([draw[i] for draw in effects], PPL_MARGIN) for i in range(len(others))]
+    print(f"| **over {len(effects)} draws** | | " + ' | '.join(f'**{effect_text(e)}**' for e in over) + ' |')
     print(f"compute: {len(models)} bases' training; a scored window of {tokens} completion tokens costs "
-          f"{ensemble.flops_per_token() * length:.3g} FLOPs ({len(models)} forward passes), the "
-          f"calibrated base's {models[0].flops_per_token() * length:.3g}")
-
+          f"{ensemble.flops_per_token() * length:.3g} FLOPs ({len(models)} forward passes), each member's "
+          f"{' / '.join(f'{m.flops_per_token() * length:.3g}' for m in models)}")
 
 if __name__ == '__main__':
     main()

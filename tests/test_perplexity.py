@@ -248,8 +248,10 @@ def test_an_ensemble_is_the_mean_of_its_members_laws_read_and_sampled(tmp_path):
 
 
 def test_the_ensemble_bench_reads_an_ensemble_against_the_calibrated_base(tail_base, char_data, tmp_path):
-    """bench_ensemble.py: a base ensembled with itself is the calibrated base (effect 0 on every draw); with a base of
-    another seed, each draw's row and the compute line; a run without a base is a one-line error."""
+    """bench_ensemble.py: a base ensembled with itself is the calibrated base (effect 0 on every draw, its twin's too);
+    with a wider base of another seed, each draw's row reads the wider member and the ensemble against the calibrated
+    base (each effect's sign the perplexities'), and the compute line each member's FLOPs; a run without a base is a
+    one-line error."""
     import shutil
     from conftest import ROOT, run_script, train_tiny
     script = os.path.join(ROOT, 'benchmarks', 'bench_ensemble.py')
@@ -260,14 +262,20 @@ def test_the_ensemble_bench_reads_an_ensemble_against_the_calibrated_base(tail_b
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [line.split(' | ') for line in r.stdout.splitlines() if line.startswith(('| 1 |', '| 2 |'))]
     assert len(rows) == 2 and all(len(set(row[1].split(' / '))) == 1 for row in rows)  # every ppl the same
-    assert all('+0.00%' in row[2] for row in rows)
+    assert all('+0.00%' in row[2] and '+0.00%' in row[3] for row in rows)
     other = tmp_path / 'other'
-    train_tiny(char_data, str(other), '--max_iters=30', '--eval_interval=10', '--select_tokens=2000', '--seed=7')
+    train_tiny(char_data, str(other), '--max_iters=30', '--eval_interval=10', '--select_tokens=2000', '--seed=7',
+               '--n_embd=64')
     os.replace(other / 'ckpt.pt', other / 'base_model_v1.pt')
     shutil.copy(tail_base / 'config.json', other / 'config.json')
     r = run_script(script, '--runs', f'{tail_base},{other}', '--draws', '1,2', '--windows', '8', '--num_samples', '16',
                    '--device', 'cpu')
     assert r.returncode == 0, r.stderr[-2000:]
     assert '**over 2 draws**' in r.stdout and "2 bases' training" in r.stdout and '(2 forward passes)' in r.stdout
+    for row in (line.split(' | ') for line in r.stdout.splitlines() if line.startswith(('| 1 |', '| 2 |'))):
+        first, wide, pair = (float(v) for v in row[1].split(' / '))
+        assert (first > wide) == (row[2].split('%')[0].split()[-1][0] == '+') and len(row) == 4
+    flops = r.stdout.split("each member's ")[1].split(' / ')
+    assert len(flops) == 2 and float(flops[1]) > 2 * float(flops[0])
     r = run_script(script, '--runs', f'{tail_base},{tmp_path / "none"}')
     assert r.returncode == 2 and 'lacks base_model_v1.pt' in r.stderr and 'Traceback' not in r.stderr
