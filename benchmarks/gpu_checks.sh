@@ -9,6 +9,8 @@
 #   there:  <the line stage.sh prints> bash benchmarks/gpu_checks.sh          (run's carry: .gpu)
 #   some steps only:  STEPS=plateau-base,judges bash benchmarks/gpu_checks.sh
 #   the game (named only):  STEPS=plateau-base,game-frozen,game-frozen-read bash ...
+#   the fed judge past calibration against the strongest controls (named only):
+#           STEPS=plateau-base,fed-calibrate,fed-judge,fed-second-base,fed-ensemble,fed-tilt bash ...
 #   on CPU at toy sizes, what a machine without a GPU can check of it:
 #           TOY=1 DEVICE=cpu OUT=/tmp/gpu_checks RUN=/tmp/gpu_checks_run bash benchmarks/gpu_checks.sh
 set -uo pipefail
@@ -27,22 +29,30 @@ END=$((SECONDS + BUDGET))
 BASE=(--base_max_iters=5000 --base_min_lr=1e-5 --base_eval_interval=250 --base_patience=4 --judge_seeds=1)
 DECODE=(--repeats 3 --train_steps 10)
 RECIPES=(--windows 5000 --num_samples 960)  # 2 x 960 of the 1,975 val windows of 256 characters
+FED=(--windows 0 --negatives 16)  # the fed judge: every train window, 16 of the base's continuations of each
+TILT=(--tilt_k 32 --tilt_windows 100 --draws 1338,2001,3001)
 PLATEAU=(--seeds 1338,2001,3001)
 MLE_ITERS=500  # the plateau's MLE controls: a tenth of the base's 5,000 iterations each
 if [ "${TOY:-0}" = 1 ]; then
-  BASE+=(--n_layer=2 --n_head=2 --n_embd=32 --block_size=64 --batch_size=8 --base_max_iters=40
+  # a 60,000-character split of the corpus, so that the fed judge's every-window negatives are few
+  [ -f data/shakespeare_char_toy/train.bin ] || $PY data/shakespeare_char/prepare.py \
+    --out_dir=data/shakespeare_char_toy --train_tokens=60000 > /dev/null
+  BASE+=(--dataset=shakespeare_char_toy --n_layer=2 --n_head=2 --n_embd=32 --block_size=64 --batch_size=8 --base_max_iters=40
          --base_eval_interval=20 --base_select_tokens=2000 --base_eval_iters=2)
   DECODE=(--rows 4 --new 16 --repeats 1 --samplers eager,static --train_steps 2 --train_batch 2)
   RECIPES=(--windows 24 --num_samples 12 --epochs 1 --law_windows 4)
   PLATEAU=(--seeds 1338,2001 --ppl_windows 8)
   MLE_ITERS=10
+  FED=(--windows 0 --negatives 2 --select_windows 4 --num_samples 12 --read_negatives 2)
+  TILT=(--tilt_k 4 --tilt_windows 4 --draws 1338,2001)
 fi
 
 step() {  # step NAME LIMIT_S COMMAND...: run it for at most LIMIT_S seconds, or what is left of the budget
   local name=$1 limit=$2 left=$((END - SECONDS)) t0=$SECONDS rc
   shift 2
-  # the game steps run only when named: with the base, they overran a lease's command (docs/gpu.md)
-  [[ ( ",${STEPS:-all}," == *",all,"* && $name != game* ) || ",${STEPS:-}," == *",$name,"* ]] || return 0
+  # the game and fed steps run only when named: with the base, the games overran a lease's command (docs/gpu.md)
+  [[ ( ",${STEPS:-all}," == *",all,"* && $name != game* && $name != fed* ) || ",${STEPS:-}," == *",$name,"* ]] ||
+    return 0
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -le 5 ]; then
     echo "== $name: skipped, the budget is spent" | tee -a "$LOG"
@@ -96,5 +106,23 @@ step game-frozen-read 240 bash benchmarks/plateau_game.sh read ngram_frozen
 pack
 wait $co
 step game-co-read 240 bash benchmarks/plateau_game.sh read ngram_co
+pack
+# the fed judge past calibration (named only): the base at its tail-calibrated temperature, the n-gram judge fed every
+# train window x 16 of that base's own continuations (J_T) with its MLE control, a second base (seed 2) and the
+# ensemble of the two calibrated, then J_T's tilt of the calibrated base read against the calibrated base, MLE at the
+# judge's FLOPs (calibrated again) and the ensemble, on the same windows
+CAL=${RUN}_calibrated
+step fed-calibrate 60 $PY benchmarks/calibrate_base.py --run "$RUN" --out_dir "$CAL" --device "$DEVICE"
+step fed-judge 420 $PY benchmarks/bench_judge_curve.py --run "$CAL" "${FED[@]}" --device "$DEVICE"
+step fed-second-base 240 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
+  --num_cycles=0 --out_dir="${RUN}_s2" --device="$DEVICE" --seed=2 "${BASE[@]}"
+step fed-ensemble 60 $PY benchmarks/calibrate_base.py --run "$RUN,${RUN}_s2" --out_dir "${RUN}_ensemble" \
+  --device "$DEVICE"
+if [[ ",${STEPS:-}," == *",fed-tilt,"* ]]; then
+  work=$(ls -d "$CAL"/recipes/base_* 2> /dev/null | head -1)
+  step fed-tilt 300 $PY benchmarks/bench_tilt.py --runs "$CAL" --source "$work/judge_ngram_curve_allw_${FED[3]}neg_s1337.json" \
+    --mle "$(ls "$work"/mle_at_*_flops_s1337.pt | head -1)" --control "${RUN}_ensemble/base_model_v1.pt" "${TILT[@]}" \
+    --device "$DEVICE" --out "$OUT/fed_tilt.json"
+fi
 pack
 echo "== done in $SECONDS s" | tee -a "$LOG"
