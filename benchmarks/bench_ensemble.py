@@ -22,29 +22,25 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from calibrate_base import calibrated  # noqa: E402
 from configurator import UserError  # noqa: E402
 from data_loader import resolve_data_dir  # noqa: E402
-from evaluate import base_calibrated_temperature  # noqa: E402
-from model import GPT, Ensemble, fold_temperature, load_checkpoint  # noqa: E402
+from model import GPT, Ensemble  # noqa: E402
 from run_cycles import DEFAULTS  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import effect_text, run_files  # noqa: E402
+from shared import effect_text  # noqa: E402
 from tilt import completion_logprob  # noqa: E402
 from two_sample import PROMPT_LEN, eval_windows  # noqa: E402
 from verdict import PPL_MARGIN, perplexity_effect, seed_effect  # noqa: E402
 
 
 def members(runs, parser, device):
-    """Each run's base at its tail-calibrated temperature (folded in: model.fold_temperature), that temperature and
-    the run's config; one dataset and shape for all."""
+    """Each run's base at its tail-calibrated temperature (folded in, calibrate_base.calibrated: the checkpoint read
+    once), that temperature and the run's config; one dataset and shape for all."""
     out = []
     for run in runs:
-        base_path, _, cfg = run_files(run, parser)
-        try:
-            T = base_calibrated_temperature(base_path, cfg['dataset'], device)[0]
-        except UserError as e:
-            parser.error(f"{run}: {e}")
-        out.append((GPT.from_checkpoint(fold_temperature(load_checkpoint(base_path), T), device=device), T, cfg))
+        folded, _, T, _, cfg = calibrated(run, parser, device, 0)
+        out.append((GPT.from_checkpoint(folded, device=device), T, cfg))
     if len({(resolve_data_dir(c['dataset']), m.config.block_size, m.config.vocab_size) for m, _, c in out}) > 1:
         parser.error("--runs take bases of one dataset, block size and vocabulary")
     return out

@@ -272,8 +272,8 @@ def main():
     if max(windows) > blocks:
         sys.exit(f"error: --windows asks for {max(windows)} train windows but {data} holds {blocks}: ask for at most "
                  f"{blocks} (0: every one)")
-    base = GPT.from_checkpoint(base_path, device=device)
     base_ckpt = load_checkpoint(base_path)
+    base = GPT.from_checkpoint(base_ckpt, device=device)
     tokenization, ensemble = base_ckpt['tokenization'], 'ensemble_args' in base_ckpt
     tok = TokenizationManager.from_info(tokenization)
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')

@@ -12,10 +12,10 @@ tilts each run's base v1 by its own reward_model_v1.pt. The tilt's point is writ
 (tilt_{source}_k{K}.json) and read again by a rerun. A run with no cycle (a plateau base, run_cycles --num_cycles=0)
 is read over --draws SEED,SEED,...: each draw evaluates base v1 at the run's control temperatures with its own
 prompts, windows and samples (points_d{SEED}.json) and tilts it with them (tilt_..._d{SEED}.json). --mle adds an MLE
-control of the base, read on each draw's windows, and --control any other generator (a checkpoint at T = 1: the calibrated
-base beside the tilt of an ensemble) read on them too. The last table reads the tilt's perplexity at every K of tilt.py
-(8, 32, 128) against each control over the draws, in nats a token (a character at char level) and a word (the val
-split's tokens a word, spaces included), with the estimator's cap, log K nats a completion.
+control of the base, read on each draw's windows, and --control any other generator (a checkpoint at T = 1: the
+calibrated base beside the tilt of an ensemble) read on them too. The last table reads the tilt's perplexity at every
+K of tilt.py (8, 32, 128) against each control over the draws, in nats a token (a character at char level) and a word
+(the val split's tokens a word, spaces included), with the estimator's cap, log K nats a completion.
 """
 import argparse
 import json
