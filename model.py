@@ -539,6 +539,15 @@ def ensemble_checkpoint(ckpts):
                 ensemble_args=[asdict(m.config) for m in members])
 
 
+def ensemble_members(ckpt):
+    """The member checkpoints of an ensemble checkpoint (ensemble_checkpoint's inverse): each the ensemble's fields
+    (the first member's and the held-out tail none trained on), its own shape and weights."""
+    shared_fields = {k: v for k, v in ckpt.items() if k not in ('model', 'model_args', 'ensemble_args')}
+    return [dict(shared_fields, model_args=args, model={k.split('.', 2)[2]: v for k, v in ckpt['model'].items()
+                                                  if k.startswith(f'members.{i}.')})
+            for i, args in enumerate(ckpt['ensemble_args'])]
+
+
 def start_problem(ckpt, path):
     """Why the checkpoint at path cannot start a generator's training (train.py, GRPO, SPIN), or '': a judge is no
     generator, and an ensemble is read and sampled, never trained."""

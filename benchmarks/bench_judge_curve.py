@@ -35,7 +35,9 @@ curve_[window_<epochs>ep_]s<seed>_...json there: a rerun with the same settings 
 interrupted run resumes) and --plot PATH draws the curve.
 
 A run whose base is an ensemble (calibrate_base.py --run R1,R2) samples its negatives from the ensemble, token by
-token from the mean of its members' laws, and has no MLE control (an ensemble is never trained): its MLE cells read –.
+token from the mean of its members' laws; its MLE control is the ensemble of its members each trained further for its
+share of the point's FLOPs and calibrated again (shared.ensemble_mle_control). A point recorded without that control
+gets it on a rerun.
 """
 import argparse
 import contextlib
@@ -59,7 +61,7 @@ from judge import NgramJudge, reward_model_cmd  # noqa: E402
 from prepare_reward_data import write_subset  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
 from reward_dataset_loader import RewardDataset  # noqa: E402
-from shared import mle_control  # noqa: E402
+from shared import ensemble_mle_control, mle_control  # noqa: E402
 from tilt import completion_logprob, judge_log_odds  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from two_sample import PROMPT_LEN, completion_texts  # noqa: E402
@@ -158,6 +160,21 @@ def worth_figures(figures):
                 per_prompt=float(g['dv']), per_prompt_ci=[float(v) for v in g['dv_ci']])
 
 
+def mle_reading(cfg, base, base_path, ensemble, flops, work, A, texts, temperature, device):
+    """The MLE control at a point's FLOPs (trained once and reused; an ensemble's: each member trained further,
+    shared.ensemble_mle_control) read as the point's judge is, its log-ratio to the base: its row's three cells (its
+    sight, pooled and per-prompt worth) and its figures."""
+    path = os.path.join(work, f'mle_at_{flops:.4g}_flops_s{A.seed}.pt')
+    if ensemble:
+        ensemble_mle_control(cfg, base_path, flops, path, A.seed + 1, device)
+    else:
+        mle_control(cfg, base_path, flops, path, A.seed + 1)
+    mle = GPT.from_checkpoint(path, device=device)
+    line, figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN, temperature)
+                        - completion_logprob(base, w, PROMPT_LEN, temperature), texts, flops, A.seed)
+    return line.split(' | ')[2:5], worth_figures(figures)
+
+
 def plot(points, path, title, judge_name):
     """Worth per prompt [95%] against the generated windows a judge saw, a line a natural count, beside the MLE
     control's at each point's FLOPs (open markers)."""
@@ -203,7 +220,7 @@ def over_seeds(paths, seeds, judge_name):
             continue
         judge, sight = [r['judge']['per_prompt'] for r in point], [r['judge']['auc'] for r in point]
         mean = seed_effect(judge, 0.0)
-        mle_cells = '– | –'  # an ensemble's points have no MLE control
+        mle_cells = '– | –'  # a point recorded without its MLE control (an ensemble's, before it had one)
         if all(r['mle'] for r in point):
             mle = [r['mle']['per_prompt'] for r in point]
             margin = seed_effect([a - b for a, b in zip(judge, mle)], 0.0)
@@ -287,35 +304,36 @@ def main():
         rows = np.sort(order[:n or blocks])
         for k in negatives:
             done = [q for q in points if (q['windows'], q['negatives']) == (len(rows), k)]
-            if done:
+            if done and done[0]['mle']:
                 lines.append(done[0]['line'])
                 continue
             texts = texts or read_texts(base, val, A.num_samples, A.read_negatives, A.seed, device, temperature)
-            t = time.process_time()  # CPU seconds: a pause or a neighbour does not change them
-            judge_path = os.path.join(work, f'judge_{A.recipe}_curve_{n or "all"}w_{k}neg_s{A.seed}{tag}')
-            if A.recipe == 'ngram':
-                score, chosen, judge_flops = ngram_point(train, held, tok, rows, k, K, judge_path + '.json',
-                                                         tokenization)
+            if done:  # an ensemble's point recorded before an ensemble had its MLE control: the control added
+                point = done[0]
+                mle_cells, point['mle'] = mle_reading(cfg, base, base_path, ensemble, point['flops'], work, A,
+                                                      texts, temperature, device)
+                point['line'] = point['line'].rsplit(' | ', 3)[0] + ' | ' + ' | '.join(mle_cells) + ' |'
+                lines.append(point['line'])
             else:
-                score, chosen, judge_flops = window_point(data, len(select.natural), base_path, rows, k,
-                                                          judge_path + '.pt', A, device)
-            fit_seconds = time.process_time() - t
-            # the point's FLOPs: its share of the negatives' generation (train and select), and the judge's training
-            # (a GPT judge's; the n-gram fit runs on CPU, its seconds given)
-            flops = train_flops * len(rows) * k / train_samples + select_flops * k / K + judge_flops
-            line, figures = row(f'{len(rows)} / {len(rows) * k} ({chosen})', score, texts, flops, A.seed)
-            mle_cells, mle_figures = ['–'] * 3, None  # an ensemble is never trained: no MLE control starts from it
-            if not ensemble:
-                mle_path = os.path.join(work, f'mle_at_{flops:.4g}_flops_s{A.seed}.pt')
-                mle = GPT.from_checkpoint(mle_control(cfg, base_path, flops, mle_path, A.seed + 1), device=device)
-                mle_line, mle_figures = row('', lambda w: completion_logprob(mle, w, PROMPT_LEN, temperature)
-                                            - completion_logprob(base, w, PROMPT_LEN, temperature), texts, flops,
-                                            A.seed)
-                mle_cells = mle_line.split(' | ')[2:5]  # its sight, pooled and per-prompt worth
-            lines.append(line.rsplit(' | ', 2)[0] + f' | {fit_seconds:.0f} | ' + ' | '.join(mle_cells) + ' |')
+                t = time.process_time()  # CPU seconds: a pause or a neighbour does not change them
+                judge_path = os.path.join(work, f'judge_{A.recipe}_curve_{n or "all"}w_{k}neg_s{A.seed}{tag}')
+                if A.recipe == 'ngram':
+                    score, chosen, judge_flops = ngram_point(train, held, tok, rows, k, K, judge_path + '.json',
+                                                             tokenization)
+                else:
+                    score, chosen, judge_flops = window_point(data, len(select.natural), base_path, rows, k,
+                                                              judge_path + '.pt', A, device)
+                fit_seconds = time.process_time() - t
+                # the point's FLOPs: its share of the negatives' generation (train and select), and the judge's
+                # training (a GPT judge's; the n-gram fit runs on CPU, its seconds given)
+                flops = train_flops * len(rows) * k / train_samples + select_flops * k / K + judge_flops
+                line, figures = row(f'{len(rows)} / {len(rows) * k} ({chosen})', score, texts, flops, A.seed)
+                mle_cells, mle_figures = mle_reading(cfg, base, base_path, ensemble, flops, work, A, texts, temperature,
+                                                     device)
+                lines.append(line.rsplit(' | ', 2)[0] + f' | {fit_seconds:.0f} | ' + ' | '.join(mle_cells) + ' |')
+                points.append(dict(windows=len(rows), negatives=k, flops=flops, chosen=chosen, line=lines[-1],
+                                   judge=worth_figures(figures), mle=mle_figures))
             print(lines[-1], file=sys.stderr, flush=True)
-            points.append(dict(windows=len(rows), negatives=k, flops=flops, chosen=chosen, line=lines[-1],
-                               judge=worth_figures(figures), mle=mle_figures and worth_figures(mle_figures)))
             write_atomic(record, lambda path: json.dump(points, open(path, 'w'), indent=1))
     print(f"\nthe {judge_name}'s worth against its data, on {A.run}'s base at temperature {temperature:g}; "
           f"{A.select_windows} held-out train windows "

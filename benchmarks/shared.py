@@ -70,6 +70,27 @@ def mle_control(cfg, base, flops, out, seed, extra=(), keep_last=False):
     return out
 
 
+def ensemble_mle_control(cfg, base, flops, out, seed, device):
+    """The MLE control of an ensemble base (its checkpoint's path): each member trained further by mle_control for
+    flops / M (its own seed), then at its own tail-calibrated temperature, as the ensemble's members are, averaged
+    (model.ensemble_checkpoint): next-token training at the same FLOPs, spent as the ensemble spends them. Its members'
+    controls are kept beside out; all are trained once and reused."""
+    from model import ensemble_checkpoint, ensemble_members, fold_temperature, save_atomic
+    if not os.path.exists(out):
+        members = ensemble_members(load_checkpoint(base))
+        controls = []
+        for i, member in enumerate(members):
+            start, path = f'{out}.member{i}_start.pt', f'{out}.member{i}.pt'
+            if not os.path.exists(path):
+                save_atomic(member, start)
+                mle_control(cfg, start, flops / len(members), path, seed + i)
+                os.remove(start)
+            T = base_calibrated_temperature(path, cfg['dataset'], device)[0]
+            controls.append(fold_temperature(load_checkpoint(path), T))
+        save_atomic(ensemble_checkpoint(controls), out)
+    return out
+
+
 def last_of(mle_path):
     """Where mle_control keeps an MLE control's last weights: beside its kept checkpoint, '_last' before '.pt'."""
     return os.path.splitext(mle_path)[0] + '_last.pt'

@@ -146,7 +146,8 @@ def test_the_ensemble_of_calibrated_bases_is_written_sampled_and_never_trained(t
     """calibrate_base.py --run R1,R2: each base at its own tail-calibrated temperature, written as one ensemble (a
     base ensembled with its twin is its calibrated self: the same val perplexity, effect 0); bases of other tails are a
     one-line error that writes nothing; train.py refuses to start from an ensemble. bench_judge_curve.py samples an
-    ensemble's negatives and reads its judge with no MLE control (an ensemble is never trained): its cells read –."""
+    ensemble's negatives and reads its judge against the ensemble of its members each trained further for half the
+    point's FLOPs and calibrated again (shared.ensemble_mle_control)."""
     import shutil
     from conftest import ROOT, run_script
     from model import Ensemble, load_checkpoint
@@ -187,9 +188,25 @@ def test_the_ensemble_of_calibrated_bases_is_written_sampled_and_never_trained(t
     r = run_script(curve, *common)
     assert r.returncode == 0, r.stderr[-3000:]
     row = next(line for line in r.stdout.splitlines() if 'C = ' in line)
-    assert row.endswith('| – | – | – |') and not list((out / 'recipes').glob('*/mle_at_*'))
+    assert not any(cell.strip(' |') == '–' for cell in row.split(' | ')[-3:]), row
+    # its MLE control: each member trained further for half the point's FLOPs, then at its own tail temperature
+    control_path, = (out / 'recipes').glob('*/mle_at_*_flops_s1337.pt')
+    control, flops = load_checkpoint(str(control_path)), float(control_path.name.split('_')[2])
+    from evaluate import base_calibrated_temperature
+    from run_cycles import DEFAULTS, mle_args
+    from configurator import configure
+    with open(out / 'config.json') as f:
+        C = configure(DEFAULTS, [f'--{k}={v}' for k, v in json.load(f).items() if k in DEFAULTS])
+    x = torch.from_numpy(val[:32].astype(np.int64))[None]
+    for i, member in enumerate(GPT.from_checkpoint(control).members):
+        trained_path = str(control_path) + f'.member{i}.pt'
+        trained = load_checkpoint(trained_path)
+        assert trained['config']['max_iters'] == mle_args(C, trained_path, flops / 2, 0)[0] < mle_args(
+            C, trained_path, flops, 0)[0]
+        T = base_calibrated_temperature(trained_path, char_data, 'cpu')[0]
+        assert torch.allclose(member(x)[0], GPT.from_checkpoint(trained)(x)[0] / T, atol=1e-4)
     r = run_script(curve, *common, '--over_seeds', '1337,1337')
-    assert r.returncode == 0 and r.stdout.splitlines()[-1].endswith('| – | – |'), r.stderr[-2000:]
+    assert r.returncode == 0 and not r.stdout.splitlines()[-1].endswith('| – | – |'), r.stderr[-2000:]
 
 
 def test_gain_retained_is_a_share_only_of_a_tilt_that_gains():
@@ -206,8 +223,8 @@ def test_an_ensemble_is_the_mean_of_its_members_laws_read_and_sampled(tmp_path):
     the mean of their probabilities (so at least the mean of their log-probabilities, Jensen, and at most the better
     one's), held-out perplexity included; its KV-cached sampling draws from that law (each step's entropy is the
     law's, recomputed without a cache, and one member samples its member's tokens); its checkpoint reads back as the
-    same ensemble with the smallest held-out tail, and it is never a trainer's start."""
-    from model import Ensemble, ensemble_checkpoint, load_checkpoint, sampling_entropy, start_problem
+    same ensemble with the smallest held-out tail, and it is never a trainer's start (its members, taken apart, are)."""
+    from model import Ensemble, ensemble_checkpoint, ensemble_members, load_checkpoint, sampling_entropy, start_problem
     from tilt import completion_logprob
     torch.manual_seed(0)
     a = GPT(GPTConfig(block_size=16, vocab_size=11, n_layer=1, n_head=1, n_embd=8)).eval()
@@ -243,6 +260,10 @@ def test_an_ensemble_is_the_mean_of_its_members_laws_read_and_sampled(tmp_path):
     assert isinstance(back, Ensemble) and ckpt['held_out'] == dict(tokens=200, of=1000)
     torch.testing.assert_close(back(windows, all_logits=True)[0], pair(windows, all_logits=True)[0])
     assert 'never trained' in start_problem(ckpt, str(path)) and start_problem(ckpts[0], 'a') == ''
+    for member, model in zip(ensemble_members(ckpt), (a, b), strict=True):  # its members, each a start again
+        assert start_problem(member, 'm') == '' and member['held_out'] == ckpt['held_out']
+        torch.testing.assert_close(GPT.from_checkpoint(member)(windows, all_logits=True)[0],
+                                   model(windows, all_logits=True)[0])
     with pytest.raises(ValueError, match='never trained'):
         GPT.from_checkpoint(ckpt, mode='reward')
 
