@@ -17,7 +17,8 @@ base at T = 1, window by window (verdict.perplexity_effect, with its bootstrap i
 Several runs (bases of one dataset and tail, trained alike with other seeds: run_cycles.py ... --seed=S): each base
 at its own tail-calibrated temperature, written as one model.Ensemble (each next token's probability the mean of
 theirs), what a user with spare compute would buy instead of a judge; on val it is read against the first run's
-calibrated base. The benches read and sample it as a base (it is never trained: no MLE control starts from it).
+calibrated base. The benches read and sample it as a base; it is never trained as one (its MLE control trains its
+members: shared.ensemble_mle_control).
 """
 import argparse
 import os
