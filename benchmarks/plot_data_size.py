@@ -2,9 +2,9 @@
 Where a judge can help, against the generator's training characters: what the fed judge knows (its worth, nats a
 window per prompt, against the base and against the base at its tail-calibrated temperature) and, in % of the base's
 character perplexity, what its tilt gives sampled at K = 32 (and the tilt of the calibrated base by a judge fitted on
-its samples, against it), what the best channel carried into the generator itself
-(and of an oracle's tilt, the channels' positive control), what one temperature fit on the held-out tail buys, and
-what the next size's data buys. The figures come from a record (docs/log/data_size.csv: one measured figure a row,
+its samples, against it; an ensemble's tilt by its own judge, against the ensemble's MLE control), what the best
+channel carried into the generator itself (and of an oracle's tilt, the channels' positive control), what one
+temperature fit on the held-out tail buys, and what the next size's data buys. The figures come from a record (docs/log/data_size.csv: one measured figure a row,
 its 95% interval where it has one, and where it was measured: the page holds its command and date); a size a series
 lacks is left out of that series.
 
@@ -24,6 +24,7 @@ SERIES = {  # series -> (panel, label)
     'oracle': (1, "an oracle's tilt in the generator (best channel)"),
     'calibrated': (1, "the base at the tail-calibrated temperature"),
     'tilt_calibrated': (1, "past it: its own judge's tilt of the calibrated base, against it"),
+    'ensemble_tilt': (1, "an ensemble's tilt by its own judge, against its MLE control calibrated again"),
     'next_size': (1, "the next size's data (its plateau base)"),
 }
 
