@@ -85,8 +85,9 @@ def ensemble_mle_control(cfg, base, flops, out, seed, device):
                 save_atomic(member, start)
                 mle_control(cfg, start, flops / len(members), path, seed + i)
                 os.remove(start)
-            T = base_calibrated_temperature(path, cfg['dataset'], device)[0]
-            controls.append(fold_temperature(load_checkpoint(path), T))
+            trained = load_checkpoint(path)
+            T = calibrated_temperature(GPT.from_checkpoint(trained, device=device), trained, cfg['dataset'], device)[0]
+            controls.append(fold_temperature(trained, T))
         save_atomic(ensemble_checkpoint(controls), out)
     return out
 
