@@ -86,10 +86,9 @@ def make_data(kind, base, data_dir, out, windows, seed, exclude, negatives, sele
         blocks, per, k = (windows // 4, 4, 0) if kind == 'crossover' else \
             (windows, negatives if kind == 'negatives' else 1, PROMPT_LEN)
         with contextlib.redirect_stdout(sys.stderr):
-            prepare_reward_data.main(reward_data_cmd(base, data_dir, out + '.partial', blocks, per, seed, 'auto',
-                                                     temperature, crossover_k=k, exclude_eval=exclude,
-                                                     select_blocks=select)[1:])
-        os.replace(out + '.partial', out)
+            # prepare_reward_data writes under out.partial and renames it into place when done
+            prepare_reward_data.main(reward_data_cmd(base, data_dir, out, blocks, per, seed, 'auto', temperature,
+                                                     crossover_k=k, exclude_eval=exclude, select_blocks=select)[1:])
     return sum(int(read_metadata(os.path.join(out, f'{s}_metadata.txt'))['flops']) for s in ('train', 'val'))
 
 
