@@ -285,11 +285,15 @@ def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, 
     return 1 / beta, float(np.exp(ce(beta))), float(np.exp(ce(1.0)))
 
 
-def base_calibrated_temperature(base_path, dataset, device):
-    """calibrated_temperature of the checkpoint at base_path: (T, the tail's perplexity there, and at T = 1). Raises
+def checkpoint_calibrated_temperature(ckpt, dataset, device):
+    """calibrated_temperature of a checkpoint already read: (T, the tail's perplexity there, and at T = 1). Raises
     configurator.UserError where the base holds out no selection tail."""
-    ckpt = load_checkpoint(base_path)
     return calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, dataset, device)
+
+
+def base_calibrated_temperature(base_path, dataset, device):
+    """checkpoint_calibrated_temperature of the checkpoint at base_path."""
+    return checkpoint_calibrated_temperature(load_checkpoint(base_path), dataset, device)
 
 
 # each number's range and the relations between them, checked (configurator.parse_checked) before anything is read

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import torch
 
-from evaluate import base_calibrated_temperature, calibrated_temperature  # noqa: F401 (the benches' names)
+from evaluate import (base_calibrated_temperature, calibrated_temperature,  # noqa: F401 (the benches' names)
+                      checkpoint_calibrated_temperature)
 from model import GPT, GPTConfig, load_checkpoint
 from tilt import TiltSource, completion_logprob
 from two_sample import PROMPT_LEN, eval_windows
@@ -86,7 +87,7 @@ def ensemble_mle_control(cfg, base, flops, out, seed, device):
                 mle_control(cfg, start, flops / len(members), path, seed + i)
                 os.remove(start)
             trained = load_checkpoint(path)
-            T = calibrated_temperature(GPT.from_checkpoint(trained, device=device), trained, cfg['dataset'], device)[0]
+            T = checkpoint_calibrated_temperature(trained, cfg['dataset'], device)[0]
             controls.append(fold_temperature(trained, T))
         save_atomic(ensemble_checkpoint(controls), out)
     return out
