@@ -44,15 +44,26 @@ def read_figures(path):
     return {s: sorted(v) for s, v in out.items()}
 
 
+def sideways_nudges(figures, step=1.07):
+    """{series: factor on its sizes}: the series of one panel spread sideways, centred on the size (x is log-scaled),
+    so that points of one size do not hide each other."""
+    nudge = {}
+    for panel in (0, 1):
+        drawn = [s for s in SERIES if s in figures and SERIES[s][0] == panel]
+        nudge.update({s: step ** (k - (len(drawn) - 1) / 2) for k, s in enumerate(drawn)})
+    return nudge
+
+
 def plot(figures, path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(10, 5))
     sizes = sorted({p[0] for points in figures.values() for p in points})
+    nudge = sideways_nudges(figures)
     for series, points in figures.items():
         panel, label = SERIES[series]
-        x, y = [p[0] for p in points], [p[1] for p in points]
+        x, y = [p[0] * nudge[series] for p in points], [p[1] for p in points]
         err = [[v - (c or (v, v))[0] for _, v, c in points], [(c or (v, v))[1] - v for _, v, c in points]]
         # markers alone: a line across a size the series has not measured would read as a measurement there
         axes[panel].errorbar(x, y, yerr=err, fmt='o', capsize=3, label=label)

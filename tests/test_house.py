@@ -167,3 +167,14 @@ def test_the_data_size_plot_reads_its_record_and_refuses_a_bad_row(tmp_path):
     r = run_script(script, '--figures', str(bad), '--out', str(tmp_path / 'bad.png'))
     assert r.returncode != 0 and 'line 3' in r.stderr and "'wroth'" in r.stderr
     assert 'Traceback' not in r.stderr and not list(tmp_path.glob('bad*.png'))
+
+
+def test_data_size_plot_spreads_the_series_of_one_size(monkeypatch):
+    """Series of one panel are nudged apart around each size (their points would hide each other), symmetrically, and
+    a panel's lone series stays on its size."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, 'benchmarks'))
+    import plot_data_size
+    nudge = plot_data_size.sideways_nudges({'worth': [], 'tilt': [], 'calibrated': [], 'generator': []})
+    assert nudge['worth'] == 1.0
+    right = sorted(nudge[s] for s in ('tilt', 'calibrated', 'generator'))
+    assert len(set(right)) == 3 and abs(right[0] * right[2] - 1) < 1e-9 and right[1] == 1.0
