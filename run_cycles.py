@@ -35,7 +35,7 @@ from judge import PAIRED_LOSSES, reward_data_cmd, reward_model_cmd
 from tracking import TRACKING_DEFAULTS, tracking_args
 from verdict import (FRESH_JUDGE_FIGURES, VERDICT_FORMAT, cycle_verdict, fresh_judge_figure, label_text,
                      matched_temperature)
-from runtime import resolve_device
+from runtime import resolve_device, resume_file
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -216,10 +216,11 @@ TRACKED_SCRIPTS = ('train.py', 'train_reward_model.py', 'train_grpo.py', 'train_
 stage_peaks_mb = []  # the peak memory of each script the running stage started (Pipeline.stage reads it)
 
 
-def run(args, log_path, tracking=()):
-    """Run one script to completion, its output into log_path and, on a terminal, its latest line (its progress bar
-    or log line) shown live; a failure stops the cycle with the log's tail. tracking: the experiment-tracking
-    options a trainer gets (they change no output, so they are no part of any stage's manifest)."""
+def run(args, log_path, tracking=(), append=False):
+    """Run one script to completion, its output into log_path (after what it holds, with append) and, on a terminal,
+    its latest line (its progress bar or log line) shown live; a failure stops the cycle with the log's tail.
+    tracking: the experiment-tracking options a trainer gets (they change no output, so they are no part of any
+    stage's manifest)."""
     if os.path.basename(args[0]) in TRACKED_SCRIPTS:
         args = list(args) + list(tracking)
     print(f"  $ {' '.join(os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT) else a for a in args)}",
@@ -227,7 +228,7 @@ def run(args, log_path, tracking=()):
     live = sys.stdout.isatty()
     width = shutil.get_terminal_size().columns - 5
     tail = b''
-    with open(log_path, 'wb') as log:
+    with open(log_path, 'ab' if append else 'wb') as log:
         proc = subprocess.Popen([sys.executable] + args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for chunk in iter(lambda: proc.stdout.read1(4096), b''):
             log.write(chunk)
@@ -494,13 +495,16 @@ def main(argv):
     train_args = base_train_args(C, data_dir)
 
     def train_stage(name, output, inputs, extra, log):
-        """train.py into a work folder; its ckpt.pt becomes the output."""
+        """train.py into a work folder; its ckpt.pt becomes the output. A killed stage's work folder keeps train.py's
+        resume state: run again, it goes on from its last evaluation (train.py checks the settings and inputs)."""
         work = output + '.work'
 
         def build(partials):
-            shutil.rmtree(work, ignore_errors=True)
-            run([os.path.join(ROOT, 'train.py'), f'--out_dir={work}'] + train_args + extra, os.path.join(logs, log),
-                tracking_args(C, os.path.splitext(log)[0]))
+            resuming = os.path.exists(resume_file(os.path.join(work, 'ckpt.pt')))
+            if not resuming:
+                shutil.rmtree(work, ignore_errors=True)
+            run([os.path.join(ROOT, 'train.py'), f'--out_dir={work}', *train_args, *extra, '--resume=True'],
+                os.path.join(logs, log), tracking_args(C, os.path.splitext(log)[0]), append=resuming)
             shutil.move(os.path.join(work, 'ckpt.pt'), partials[0])
             shutil.rmtree(work)
         pipe.stage(name, [output], inputs, ['train.py'] + train_args + extra, build)

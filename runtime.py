@@ -149,12 +149,16 @@ def resume_file(out_path, rank=0):
     return f"{stem}_resume.pt" if rank == 0 else f"{stem}_resume.rank{rank}.pt"
 
 
-def run_signature(config, input_paths):
+def run_signature(config, input_paths, data_paths=()):
     """What a resume state must match: the run's settings (all but resume itself, max_steps, which a resumed run
-    may extend, and the tracking settings, which change where it reports, not what it computes) and the sha256 of
-    each of its input files."""
+    may extend, and the tracking settings, which change where it reports, not what it computes), the sha256 of
+    each of its input files, and each data file's size and modification time (a train.bin may be gigabytes: hashed
+    at every start it would cost more than it guards; a file written again is then never resumed over)."""
     settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps', *TRACKING_DEFAULTS)}
-    return {'settings': settings, 'inputs': [file_sha256(p) for p in input_paths]}
+    signature = {'settings': settings, 'inputs': [file_sha256(p) for p in input_paths]}
+    if data_paths:
+        signature['data'] = [[os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in data_paths]
+    return signature
 
 
 def save_resume_state(path, state):
@@ -184,3 +188,16 @@ def set_rng_states(states, np_rng, *generators):
     for g, s in zip(generators, states['torch']):
         if g is not None:
             g.set_state(s)
+
+
+def global_rng_state():
+    """torch's default generators (the CPU's and, when CUDA is up, every device's): what train.py's batches and
+    dropout draw from, to store in a resume state."""
+    return {'cpu': torch.get_rng_state(),
+            'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
+
+
+def set_global_rng_state(state):
+    torch.set_rng_state(state['cpu'])
+    if state['cuda']:
+        torch.cuda.set_rng_state_all(state['cuda'])

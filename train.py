@@ -5,6 +5,7 @@ single process:  python train.py config/train_shakespeare_char.py [--key=value .
 DDP on CPU:      torchrun --standalone --nproc_per_node=2 train.py config/train_shakespeare_char.py --device=cpu \
                  --backend=gloo --gradient_accumulation_steps=2
 evaluate only:   python train.py config/train_shakespeare_char.py --init_from=resume --eval_only=True
+after a kill:    the same command with --resume=True continues exactly where its last evaluation left it
 """
 
 import json
@@ -23,7 +24,8 @@ from data_loader import held_out_record, resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
                    save_checkpoint, start_problem, update_checkpoint)
-from runtime import broadcast_stop, setup_runtime
+from runtime import (broadcast_stop, global_rng_state, load_resume_state, resume_file, run_signature,
+                     save_resume_state, set_global_rng_state, setup_runtime)
 from tokenization_manager import TokenizationManager
 from tracking import TRACKING_DEFAULTS, Tracker
 
@@ -40,6 +42,8 @@ save_last = False  # also write last.pt: the weights where the run stopped, besi
 # read as the games are, which keep their last policy)
 init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), a generator checkpoint's path, or GPT-2 weights:
 # 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local Hugging Face directory (needs transformers)
+resume = False  # continue an interrupted run from out_dir/ckpt_resume.pt (written at every evaluation, gone at the
+# end) when its settings and inputs match: the same weights as a run never stopped (train_grpo.py's --resume)
 # data
 dataset = 'shakespeare_char'  # a folder under data/, or any folder, holding train.bin and val.bin (+ meta.pkl)
 gradient_accumulation_steps = 1
@@ -265,8 +269,6 @@ def main(argv):
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')
         if 'early_stopping' in ckpt:
             stopper.load_state_dict(ckpt['early_stopping'])
-    tracker = Tracker(C, f"train/{os.path.basename(os.path.abspath(C.out_dir))}", C.out_dir, rt.master,
-                      resume_step=iter_num if C.init_from == 'resume' else None)
     model.to(rt.device)
     scaler = torch.amp.GradScaler(enabled=(rt.ptdtype == torch.float16 and rt.device_type == 'cuda'))
     optimizer = model.configure_optimizers(C.weight_decay, C.learning_rate, (C.beta1, C.beta2), rt.device_type)
@@ -274,6 +276,24 @@ def main(argv):
         optimizer.load_state_dict(ckpt['optimizer'])
     ckpt = None  # free memory
     raw_model = model
+    state_path = resume_file(os.path.join(C.out_dir, 'ckpt.pt'), rt.rank)
+    signature = run_signature(vars(C), [C.init_from] if os.path.isfile(C.init_from) else [],
+                              [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin')]
+                              + ([os.path.join(C.mix_dir, f) for f in sorted(os.listdir(C.mix_dir))] if mix else []))
+    state = load_resume_state(state_path, signature) if C.resume else None
+    last = {}
+    if state is not None:  # where the last evaluation left it: weights, optimizer, the stopper, the drawn batch and the generators
+        raw_model.load_state_dict(state['model'])
+        optimizer.load_state_dict(state['optimizer'])
+        scaler.load_state_dict(state['scaler'])
+        stopper.load_state_dict(state['early_stopping'])
+        iter_num, best_val_loss, last = state['iter_num'], state['best_val_loss'], state['last']
+        set_global_rng_state(state['rng'])
+        if rt.master:
+            print(f"resumed at iteration {iter_num} from {state_path}")
+    resumed_at = iter_num if state is not None else None
+    tracker = Tracker(C, f"train/{os.path.basename(os.path.abspath(C.out_dir))}", C.out_dir, rt.master,
+                      resume_step=iter_num if C.init_from == 'resume' or state else None)
     if C.compile and rt.device_type == 'cuda':
         model = torch.compile(model)
     if rt.ddp:
@@ -319,9 +339,12 @@ def main(argv):
         rt.close()
         return
 
-    X, Y, W = get_batch('train')
+    if state is None:
+        X, Y, W = get_batch('train')
+    else:
+        X, Y, W = (None if t is None else t.to(rt.device) for t in state['batch'])
     t_start = t0 = time.time()
-    start_iter, stop_reason, last = iter_num, 'max_iters', {}
+    start_iter, stop_reason = iter_num, 'max_iters'
     bar = tqdm(total=C.max_iters, initial=iter_num, disable=not rt.master, desc='train', dynamic_ncols=True,
                mininterval=2.0)
     while True:
@@ -331,7 +354,7 @@ def main(argv):
 
         # evaluate, checkpoint, early-stop (master decides, every rank follows)
         stop = False
-        if (iter_num % C.eval_interval == 0 or iter_num >= C.max_iters) and rt.master:
+        if (iter_num % C.eval_interval == 0 or iter_num >= C.max_iters) and rt.master and iter_num != resumed_at:
             losses = estimate_loss()
             stopper.step(losses[select_split])
             ending = stopper.should_stop or iter_num >= C.max_iters
@@ -353,6 +376,12 @@ def main(argv):
             stop = True
         if broadcast_stop(stop, rt):
             break
+        if iter_num % C.eval_interval == 0 and iter_num != resumed_at:  # the state to go on from, every rank its own
+            save_resume_state(state_path, dict(
+                signature=signature, model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
+                scaler=scaler.state_dict(), early_stopping=stopper.state_dict(), iter_num=iter_num,
+                best_val_loss=best_val_loss, last=last, rng=global_rng_state(),
+                batch=[None if t is None else t.cpu() for t in (X, Y, W)]))
 
         for micro_step in range(grad_accum):
             if rt.ddp:
@@ -395,6 +424,8 @@ def main(argv):
             ppl = f", val ppl {last['ppl']:.3f}" if 'ppl' in last else ''
             print(f"final: {loss_line(last)}{ppl}; "
                   f"best {select_split} loss {best_val_loss:.4f}; checkpoint {os.path.join(C.out_dir, 'ckpt.pt')}")
+    if os.path.exists(state_path):  # finished: nothing left to resume
+        os.remove(state_path)
     tracker.close()
     rt.close()
 

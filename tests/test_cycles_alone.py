@@ -3,6 +3,9 @@ runs them beside tests/test_cycles.py's (each module stays on one worker; that o
 import json
 import os
 
+import pytest
+import torch
+
 from model import load_checkpoint
 from test_cycles import assert_consistent, cycles, stages_run
 
@@ -82,3 +85,37 @@ def test_base_hold_iters_trains_the_cosines_kept_checkpoint_on_at_its_final_rate
     assert '[skip] base v1 held' in cycles(out, char_data, '--num_cycles=0', '--base_min_lr=1e-4',
                                            '--base_hold_iters=20', '--base_select_pass=True', '--eval_num_samples=8',
                                            '--judge_seeds=1')
+
+
+def test_a_killed_base_stage_goes_on_from_its_last_evaluation(tmp_path, char_data, monkeypatch, capsys):
+    """base v1 killed right after train.py wrote its resume state at iteration 10 (of 30): run_cycles, run again,
+    goes on from there in the stage's work folder (train.py --resume=True), and base v1 is the weights of the run
+    never stopped; the stage's log holds both parts."""
+    import train
+    from conftest import ROOT
+    args = ['--num_cycles=0', '--eval_num_samples=8', '--judge_seeds=1', '--dropout=0.1']
+    whole, cut = tmp_path / 'whole', tmp_path / 'cut'
+    cycles(whole, char_data, *args)
+    command = json.loads((whole / 'manifests' / 'base_v1.json').read_text())['command']
+    save_resume_state = train.save_resume_state
+
+    def save_then_die(path, state):
+        save_resume_state(path, state)
+        if state['iter_num'] == 10:
+            raise KeyboardInterrupt  # the kill, with the state of iteration 10 on disk
+    monkeypatch.setattr(train, 'save_resume_state', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train.main([f'--out_dir={cut / "base_model_v1.pt.work"}'] + [a.replace('$ROOT', ROOT, 1) for a in command[1:]]
+                   + ['--resume=True'])
+    monkeypatch.undo()
+    (cut / 'logs').mkdir()
+    (cut / 'logs' / 'base_v1.log').write_text(capsys.readouterr().out)  # what run_cycles had logged of it
+    stdout = cycles(cut, char_data, *args)
+    assert stages_run(stdout)[:2] == ['base v1', 'evaluate v1']
+    log = (cut / 'logs' / 'base_v1.log').read_text()
+    killed, resumed = log.split('resumed at iteration 10')
+    assert 'step 10:' in killed and 'step 10:' not in resumed and 'step 30:' in resumed
+    a, b = (load_checkpoint(str(d / 'base_model_v1.pt')) for d in (whole, cut))
+    assert all(torch.equal(a['model'][k], b['model'][k]) for k in a['model']) and a['iter_num'] == b['iter_num']
+    assert not (cut / 'base_model_v1.pt.work').exists()
+    assert_consistent(cut)

@@ -22,6 +22,47 @@ def test_train_resume_continues_iterations_and_optimizer(tmp_path, char_data):
     assert ckpt2['optimizer']['state'][0]['step'] == 40  # AdamW state carried over, not restarted
 
 
+def test_an_interrupted_run_resumes_to_the_weights_of_one_never_stopped(tmp_path, char_data, monkeypatch):
+    """A run killed right after its resume state at iteration 10 was written, and started again with --resume=True,
+    ends with the weights, kept iteration, stopper and log lines of the run that was never stopped (the drawn batch,
+    dropout's generator and AdamW come back; the evaluation at 10 is not read twice). Its state goes at the end; one
+    written with other settings is not continued."""
+    import train
+    args = [f'--dataset={char_data}', *TINY_MODEL, '--max_iters=30', '--lr_decay_iters=30', '--eval_interval=5',
+            '--dropout=0.2', '--select_tokens=2000', '--always_save_checkpoint=False', '--patience=3', '--resume=True']
+    whole = run_script('train.py', *args, f'--out_dir={tmp_path / "whole"}')
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    cut = tmp_path / 'cut'
+    save_resume_state, saves = train.save_resume_state, []
+
+    def save_then_die(path, state):
+        save_resume_state(path, state)
+        saves.append(state['iter_num'])
+        if state['iter_num'] == 10:
+            raise KeyboardInterrupt  # the kill, right after the state of iteration 10 is on disk
+    monkeypatch.setattr(train, 'save_resume_state', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(args + [f'--out_dir={cut}'])
+    assert saves == [0, 5, 10] and (cut / 'ckpt_resume.pt').exists()
+    monkeypatch.undo()
+    r = run_script('train.py', *args, f'--out_dir={cut}')
+    assert r.returncode == 0 and 'resumed at iteration 10' in r.stdout, r.stderr[-2000:]
+    assert not (cut / 'ckpt_resume.pt').exists() and not (tmp_path / 'whole' / 'ckpt_resume.pt').exists()
+    a, b = load_checkpoint(str(tmp_path / 'whole' / 'ckpt.pt')), load_checkpoint(str(cut / 'ckpt.pt'))
+    assert all(torch.equal(a['model'][k], b['model'][k]) for k in a['model'])
+    assert [a[k] for k in ('iter_num', 'stopped_at', 'early_stopping')] \
+        == [b[k] for k in ('iter_num', 'stopped_at', 'early_stopping')]
+    steps = lambda out: [l for l in out.splitlines() if l.startswith('step ')]  # noqa: E731
+    assert steps(r.stdout) == steps(whole.stdout)[3:]  # from iteration 15 on, the same readings
+    # a state written with other settings is not continued: the run starts afresh
+    monkeypatch.setattr(train, 'save_resume_state', save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(args + [f'--out_dir={tmp_path / "other"}'])
+    monkeypatch.undo()
+    r = run_script('train.py', *args, f'--out_dir={tmp_path / "other"}', '--learning_rate=1e-3')
+    assert r.returncode == 0 and 'not resuming' in r.stdout and 'resumed at' not in r.stdout, r.stderr[-2000:]
+
+
 def test_training_lowers_val_loss_and_is_deterministic(tmp_path, char_data):
     runs = []
     for name in ('a', 'b'):  # the second in a fresh interpreter: another hash seed, as another user's run has
