@@ -209,6 +209,27 @@ def weighted_loss(model, x, y, w):
     return (nll.view_as(y) * w[:, None]).sum() / (y != -1).sum()
 
 
+def resume_signature(C, data_dir):
+    """What a resume state must match (runtime.run_signature): the settings, the checkpoint the run started from, and
+    the data and tilt windows it reads."""
+    data = [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin')]
+    if C.mix_dir:
+        data += [os.path.join(C.mix_dir, f) for f in sorted(os.listdir(C.mix_dir))]
+    return run_signature(vars(C), [C.init_from] if os.path.isfile(C.init_from) else [], data)
+
+
+def restore(state, model, optimizer, scaler, stopper, device):
+    """Put a resume state back where the last evaluation left it: weights, optimizer, grad scaler, stopper and
+    torch's generators. Returns its iteration, best selection loss, last evaluation and the batch drawn for it."""
+    model.load_state_dict(state['model'])
+    optimizer.load_state_dict(state['optimizer'])
+    scaler.load_state_dict(state['scaler'])
+    stopper.load_state_dict(state['early_stopping'])
+    set_global_rng_state(state['rng'])
+    batch = tuple(None if t is None else t.to(device) for t in state['batch'])
+    return state['iter_num'], state['best_val_loss'], state['last'], batch
+
+
 def main(argv):
     C = configure(DEFAULTS, argv, RANGES, RELATIONS)
     if C.init_from not in ('scratch', 'resume') and not os.path.isfile(C.init_from) and not is_pretrained(C.init_from):
@@ -277,18 +298,11 @@ def main(argv):
     ckpt = None  # free memory
     raw_model = model
     state_path = resume_file(os.path.join(C.out_dir, 'ckpt.pt'), rt.rank)
-    signature = run_signature(vars(C), [C.init_from] if os.path.isfile(C.init_from) else [],
-                              [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin')]
-                              + ([os.path.join(C.mix_dir, f) for f in sorted(os.listdir(C.mix_dir))] if mix else []))
+    signature = resume_signature(C, data_dir)
     state = load_resume_state(state_path, signature) if C.resume else None
-    last = {}
-    if state is not None:  # where the last evaluation left it: weights, optimizer, the stopper, the drawn batch and the generators
-        raw_model.load_state_dict(state['model'])
-        optimizer.load_state_dict(state['optimizer'])
-        scaler.load_state_dict(state['scaler'])
-        stopper.load_state_dict(state['early_stopping'])
-        iter_num, best_val_loss, last = state['iter_num'], state['best_val_loss'], state['last']
-        set_global_rng_state(state['rng'])
+    last, batch = {}, None
+    if state is not None:
+        iter_num, best_val_loss, last, batch = restore(state, raw_model, optimizer, scaler, stopper, rt.device)
         if rt.master:
             print(f"resumed at iteration {iter_num} from {state_path}")
     resumed_at = iter_num if state is not None else None
@@ -339,10 +353,7 @@ def main(argv):
         rt.close()
         return
 
-    if state is None:
-        X, Y, W = get_batch('train')
-    else:
-        X, Y, W = (None if t is None else t.to(rt.device) for t in state['batch'])
+    X, Y, W = get_batch('train') if batch is None else batch
     t_start = t0 = time.time()
     start_iter, stop_reason = iter_num, 'max_iters'
     bar = tqdm(total=C.max_iters, initial=iter_num, disable=not rt.master, desc='train', dynamic_ncols=True,
