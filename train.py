@@ -43,7 +43,8 @@ save_last = False  # also write last.pt: the weights where the run stopped, besi
 init_from = 'scratch'  # 'scratch', 'resume' (out_dir/ckpt.pt), a generator checkpoint's path, or GPT-2 weights:
 # 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' or a local Hugging Face directory (needs transformers)
 resume = False  # continue an interrupted run from out_dir/ckpt_resume.pt (written at every evaluation, gone at the
-# end) when its settings and inputs match: the same weights as a run never stopped (train_grpo.py's --resume)
+# end) when its settings and inputs match: the same weights as a run never stopped; a finished one is left as it is
+# (train_grpo.py's --resume)
 # data
 dataset = 'shakespeare_char'  # a folder under data/, or any folder, holding train.bin and val.bin (+ meta.pkl)
 gradient_accumulation_steps = 1
@@ -218,6 +219,12 @@ def resume_signature(C, data_dir):
     return run_signature(vars(C), [C.init_from] if os.path.isfile(C.init_from) else [], data)
 
 
+def finished_here(out_dir, signature):
+    """Whether out_dir's kept checkpoint is this very run's, finished (its end records the run's signature)."""
+    path = os.path.join(out_dir, 'ckpt.pt')
+    return os.path.isfile(path) and load_checkpoint(path).get('signature') == signature
+
+
 def restore(state, model, optimizer, scaler, stopper, device):
     """Put a resume state back where the last evaluation left it: weights, optimizer, grad scaler, stopper and
     torch's generators. Returns its iteration, best selection loss, last evaluation and the batch drawn for it."""
@@ -280,6 +287,12 @@ def main(argv):
             return x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True), w
         return x.to(rt.device), y.to(rt.device), w
 
+    signature = resume_signature(C, data_dir)
+    if C.resume and finished_here(C.out_dir, signature):  # the same command again after its end: not played again
+        if rt.master:
+            print(f"{os.path.join(C.out_dir, 'ckpt.pt')} is this run, finished: nothing to resume")
+        rt.close()
+        return
     stopper = EarlyStopping(C.patience, C.min_delta, 'min')
     model, ckpt = init_model(C, tokenizer, data_dir)
     # the tail of train.bin that no model of this one's line trained on, which every later stage leaves unread
@@ -298,7 +311,6 @@ def main(argv):
     ckpt = None  # free memory
     raw_model = model
     state_path = resume_file(os.path.join(C.out_dir, 'ckpt.pt'), rt.rank)
-    signature = resume_signature(C, data_dir)
     state = load_resume_state(state_path, signature) if C.resume else None
     last, batch = {}, None
     if state is not None:
@@ -422,7 +434,7 @@ def main(argv):
     if rt.master:
         ckpt_path = os.path.join(C.out_dir, 'ckpt.pt')
         if os.path.exists(ckpt_path):  # where the run ended, beside the iteration of the checkpoint it kept
-            update_checkpoint(ckpt_path, stopped_at=iter_num, stop_reason=stop_reason)
+            update_checkpoint(ckpt_path, stopped_at=iter_num, stop_reason=stop_reason, signature=signature)
         if C.save_last:
             save_checkpoint(os.path.join(C.out_dir, 'last.pt'), raw_model, iter_num=iter_num, config=vars(C),
                             tokenization=tokenizer.info(), held_out=held_out, stopped_at=iter_num,

@@ -25,8 +25,8 @@ def test_train_resume_continues_iterations_and_optimizer(tmp_path, char_data):
 def test_an_interrupted_run_resumes_to_the_weights_of_one_never_stopped(tmp_path, char_data, monkeypatch):
     """A run killed right after its resume state at iteration 10 was written, and started again with --resume=True,
     ends with the weights, kept iteration, stopper and log lines of the run that was never stopped (the drawn batch,
-    dropout's generator and AdamW come back; the evaluation at 10 is not read twice). Its state goes at the end; one
-    written with other settings is not continued."""
+    dropout's generator and AdamW come back; the evaluation at 10 is not read twice). Its state goes at the end, and the
+    same command run again after it is not played again; a state written with other settings is not continued."""
     import train
     args = [f'--dataset={char_data}', *TINY_MODEL, '--max_iters=30', '--lr_decay_iters=30', '--eval_interval=5',
             '--dropout=0.2', '--select_tokens=2000', '--always_save_checkpoint=False', '--patience=3', '--resume=True']
@@ -54,6 +54,11 @@ def test_an_interrupted_run_resumes_to_the_weights_of_one_never_stopped(tmp_path
         == [b[k] for k in ('iter_num', 'stopped_at', 'early_stopping')]
     steps = lambda out: [l for l in out.splitlines() if l.startswith('step ')]  # noqa: E731
     assert steps(r.stdout) == steps(whole.stdout)[3:]  # from iteration 15 on, the same readings
+    # the same command once more after its end is not played again over its checkpoint
+    before = (cut / 'ckpt.pt').read_bytes()
+    r = run_script('train.py', *args, f'--out_dir={cut}')
+    assert r.returncode == 0 and 'finished: nothing to resume' in r.stdout and 'step ' not in r.stdout, r.stderr[-2000:]
+    assert (cut / 'ckpt.pt').read_bytes() == before
     # a state written with other settings is not continued: the run starts afresh
     monkeypatch.setattr(train, 'save_resume_state', save_then_die)
     with pytest.raises(KeyboardInterrupt):
