@@ -157,7 +157,7 @@ def run_signature(config, input_paths, data_paths=()):
     settings = {k: v for k, v in sorted(config.items()) if k not in ('resume', 'max_steps', *TRACKING_DEFAULTS)}
     signature = {'settings': settings, 'inputs': [file_sha256(p) for p in input_paths]}
     if data_paths:
-        signature['data'] = [[os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in data_paths]
+        signature['data'] = [[os.path.abspath(p), (st := os.stat(p)).st_size, st.st_mtime_ns] for p in data_paths]
     return signature
 
 
