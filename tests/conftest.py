@@ -315,3 +315,17 @@ def same_weights(a, b):
     from model import load_checkpoint
     sa, sb = load_checkpoint(str(a))['model'], load_checkpoint(str(b))['model']
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def kill_after_save(monkeypatch, script, at=None, saves=None):
+    """Cuts script.main right after a resume state is on disk: its save_resume_state saves, notes the iteration in
+    saves, then raises KeyboardInterrupt (the kill) at iteration `at`, or at the first save where at is None."""
+    import runtime
+
+    def save_then_die(path, state):
+        runtime.save_resume_state(path, state)
+        if saves is not None:
+            saves.append(state.get('iter_num'))
+        if at is None or state.get('iter_num') == at:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(script, 'save_resume_state', save_then_die)

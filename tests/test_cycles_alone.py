@@ -92,18 +92,12 @@ def test_a_killed_base_stage_goes_on_from_its_last_evaluation(tmp_path, char_dat
     goes on from there in the stage's work folder (train.py --resume=True), and base v1 is the weights of the run
     never stopped; the stage's log holds both parts."""
     import train
-    from conftest import ROOT
+    from conftest import ROOT, kill_after_save
     args = ['--num_cycles=0', '--eval_num_samples=8', '--judge_seeds=1', '--dropout=0.1']
     whole, cut = tmp_path / 'whole', tmp_path / 'cut'
     cycles(whole, char_data, *args)
     command = json.loads((whole / 'manifests' / 'base_v1.json').read_text())['command']
-    save_resume_state = train.save_resume_state
-
-    def save_then_die(path, state):
-        save_resume_state(path, state)
-        if state['iter_num'] == 10:
-            raise KeyboardInterrupt  # the kill, with the state of iteration 10 on disk
-    monkeypatch.setattr(train, 'save_resume_state', save_then_die)
+    kill_after_save(monkeypatch, train, at=10)  # the kill, with the state of iteration 10 on disk
     with pytest.raises(KeyboardInterrupt):
         train.main([f'--out_dir={cut / "base_model_v1.pt.work"}'] + [a.replace('$ROOT', ROOT, 1) for a in command[1:]]
                    + ['--resume=True'])

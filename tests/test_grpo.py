@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import positive_control_run, run_script, same_weights, spawn_two_ranks
+from conftest import kill_after_save, positive_control_run, run_script, same_weights, spawn_two_ranks
 from model import GPT, GPTConfig, load_checkpoint
 from policy import completion_mask, sample_prompts, token_logprobs
 from train_grpo import group_advantages, grpo_loss, token_advantages_of
@@ -598,11 +598,7 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
     r = run_script('train_grpo.py', *args, f'--out_path={whole}')
     assert r.returncode == 0, r.stderr[-2000:]
 
-    def save_then_die(path, state):
-        save_resume_state(path, state)
-        raise KeyboardInterrupt  # the kill, right after the state of step 3 is on disk
-    save_resume_state = train_grpo.save_resume_state
-    monkeypatch.setattr(train_grpo, 'save_resume_state', save_then_die)
+    kill_after_save(monkeypatch, train_grpo)  # the kill, right after the state of step 3 is on disk
     with pytest.raises(KeyboardInterrupt):
         train_grpo.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
     assert (tmp_path / 'cut_resume.pt').exists()
@@ -627,7 +623,7 @@ def test_interrupted_grpo_resumes_to_the_uninterrupted_policy(tmp_path, judge_ca
     r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "cut.pt"}', '--max_steps=9')
     assert r.returncode != 0 and 'cannot be extended to 9' in r.stderr and 'Traceback' not in r.stderr
     # a state written with other settings is not continued
-    monkeypatch.setattr(train_grpo, 'save_resume_state', save_then_die)
+    kill_after_save(monkeypatch, train_grpo)
     with pytest.raises(KeyboardInterrupt):
         train_grpo.main(args + [f'--out_path={tmp_path / "other.pt"}'])
     r = run_script('train_grpo.py', *args, f'--out_path={tmp_path / "other.pt"}', '--learning_rate=1e-3')

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_script, train_tiny
+from conftest import kill_after_save, run_script, train_tiny
 from model import GPT, load_checkpoint
 from train_spin import spin_loss
 
@@ -66,12 +66,7 @@ def test_interrupted_spin_resumes_to_the_uninterrupted_policy(tmp_path, char_ckp
             '--nll_weight=1.0', '--resume=True']
     r = run_script('train_spin.py', *args, f'--out_path={tmp_path / "whole.pt"}')
     assert r.returncode == 0, r.stderr[-2000:]
-    save_resume_state = train_spin.save_resume_state
-
-    def save_then_die(path, state):
-        save_resume_state(path, state)
-        raise KeyboardInterrupt
-    monkeypatch.setattr(train_spin, 'save_resume_state', save_then_die)
+    kill_after_save(monkeypatch, train_spin)
     with pytest.raises(KeyboardInterrupt):
         train_spin.main(args + [f'--out_path={tmp_path / "cut.pt"}'])
     r = run_script('train_spin.py', *args, f'--out_path={tmp_path / "cut.pt"}')

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, TINY_MODEL, run_script, spawn_two_ranks, train_tiny
+from conftest import ROOT, TINY_MODEL, kill_after_save, run_script, spawn_two_ranks, train_tiny
 from model import GPT, evaluate_perplexity, load_checkpoint
 
 
@@ -33,14 +33,8 @@ def test_an_interrupted_run_resumes_to_the_weights_of_one_never_stopped(tmp_path
     whole = run_script('train.py', *args, f'--out_dir={tmp_path / "whole"}')
     assert whole.returncode == 0, whole.stderr[-2000:]
     cut = tmp_path / 'cut'
-    save_resume_state, saves = train.save_resume_state, []
-
-    def save_then_die(path, state):
-        save_resume_state(path, state)
-        saves.append(state['iter_num'])
-        if state['iter_num'] == 10:
-            raise KeyboardInterrupt  # the kill, right after the state of iteration 10 is on disk
-    monkeypatch.setattr(train, 'save_resume_state', save_then_die)
+    saves = []
+    kill_after_save(monkeypatch, train, at=10, saves=saves)
     with pytest.raises(KeyboardInterrupt):
         train.main(args + [f'--out_dir={cut}'])
     assert saves == [0, 5, 10] and (cut / 'ckpt_resume.pt').exists()
@@ -60,7 +54,7 @@ def test_an_interrupted_run_resumes_to_the_weights_of_one_never_stopped(tmp_path
     assert r.returncode == 0 and 'finished: nothing to resume' in r.stdout and 'step ' not in r.stdout, r.stderr[-2000:]
     assert (cut / 'ckpt.pt').read_bytes() == before
     # a state written with other settings is not continued: the run starts afresh
-    monkeypatch.setattr(train, 'save_resume_state', save_then_die)
+    kill_after_save(monkeypatch, train, at=10)
     with pytest.raises(KeyboardInterrupt):
         train.main(args + [f'--out_dir={tmp_path / "other"}'])
     monkeypatch.undo()
