@@ -32,7 +32,8 @@ Then, for each seed:
      arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep); and the
      tail-calibrated control, the base at the temperature that its held-out selection tail reads best
      (shared.calibrated_temperature): what one scalar fit by maximum likelihood buys a base that is over-confident;
-     and the arm at its own calibrated temperature against it (both calibrated: what the channel adds past that).
+     and the arm at its own calibrated temperature against it (both calibrated: what the channel adds past that),
+     and against the MLE control at its own (MLE calibrated again: what the channel adds past both).
 The verdicts read perplexity over the seeds (verdict.seed_effect), each seed with its own windows, tilt data or
 rollouts, and controls. --judge takes what tilt.TiltSource reads: an n-gram judge's .json, a reward model, or a
 better generator (its exact log-ratio: the oracle, the positive control of a channel; a game plays it as
@@ -186,9 +187,11 @@ def read_seed(A, cfg, paths, base_path, seed, device, calibrated):
     # the MLE control where it stopped, as the games are read (they keep their last policy), beside its best on the tail
     ce['mle_last'] = -completion_logprob(GPT.from_checkpoint(last_of(paths['mle']), device=device), natural,
                                          PROMPT_LEN) / tokens
-    # the arm at its own tail-calibrated temperature: read against the base at its own, what survives calibration
-    arm_calibrated = calibrated_temperature(models['distilled'], ckpts['distilled'], cfg['dataset'], device)[0]
-    ce['distilled_calibrated'] = -completion_logprob(models['distilled'], natural, PROMPT_LEN, arm_calibrated) / tokens
+    # the arm at its own tail-calibrated temperature: read against the base at its own, what survives calibration,
+    # and against the MLE control calibrated again (the strongest cheap control of a trained arm)
+    arm_calibrated, ce['distilled_calibrated'] = calibrated_ce(models['distilled'], ckpts['distilled'], natural, cfg,
+                                                               device)
+    mle_calibrated, ce['mle_calibrated'] = calibrated_ce(models['mle'], ckpts['mle'], natural, cfg, device)
     natural_texts = completion_texts(source.tokenizer, natural)
 
     def point(model, temperature):  # its continuations of the seed's other prompts, and their laws' entropy
@@ -206,7 +209,26 @@ def read_seed(A, cfg, paths, base_path, seed, device, calibrated):
     c2st = {name: c2st_effect(arm, control, seed) for name, control in
             (('base', at_one), ('matched', dict(c2st_parts=parts)), ('mle', mle))}
     return dict(ce={k: v.tolist() for k, v in ce.items()}, kept=kept, matched_temperature=matched,
-                arm_calibrated_temperature=arm_calibrated, outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
+                arm_calibrated_temperature=arm_calibrated, mle_calibrated_temperature=mle_calibrated,
+                outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
+
+
+def calibrated_ce(model, ckpt, natural, cfg, device):
+    """A model at its own tail-calibrated temperature: that temperature, and each window's completion cross-entropy
+    there."""
+    temperature = calibrated_temperature(model, ckpt, cfg['dataset'], device)[0]
+    return temperature, -completion_logprob(model, natural, PROMPT_LEN, temperature) / (natural.shape[1] - PROMPT_LEN)
+
+
+def add_mle_calibrated(A, cfg, work, r, seed, device):
+    """A record read before the MLE control was calibrated again: that control alone read now, on the seed's own
+    windows (the arms and the other figures are kept)."""
+    val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
+    ckpt = load_checkpoint(mle_path(work, r['flops'], seed))
+    model = GPT.from_checkpoint(ckpt, device=device)
+    natural = eval_windows(val, A.ppl_windows, model.config.block_size, seed)[0].to(device)
+    temperature, ce = calibrated_ce(model, ckpt, natural, cfg, device)
+    r['ce']['mle_calibrated'], r['mle_calibrated_temperature'] = ce.tolist(), temperature
 
 
 def main():
@@ -267,8 +289,9 @@ def main():
     controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle', 'mle_last')  # what the arm is read against
     print(f"| seed | ppl: base / tilt (K = {A.k}) / {arm} / judge-off / MLE | T* | iterations kept / trained: "
           f"{arm} / judge-off / MLE | {arm} vs base | vs matched T | vs tail-calibrated T | vs judge-off | vs MLE | "
-          f"vs MLE's last | tilt vs base | gain retained | each at its tail-calibrated T (arm's T) |\n|{'---|' * 13}")
-    effects, gains = {k: [] for k in (*controls, 'tilt', 'both_calibrated')}, []
+          f"vs MLE's last | tilt vs base | gain retained | each at its tail-calibrated T (arm's T) | vs MLE, both "
+          f"calibrated (MLE's T) |\n|{'---|' * 14}")
+    effects, gains = {k: [] for k in (*controls, 'tilt', 'both_calibrated', 'mle_calibrated')}, []
     for seed in [int(s) for s in A.seeds.split(',')]:
         old = record.get(str(seed), {})
         # new, read on another sweep, or before the two-sample test or the calibrated control: (re)read, the arms
@@ -282,11 +305,15 @@ def main():
             except UserError as e:
                 p.error(str(e))
             write_atomic(record_path, lambda path: json.dump(record, open(path, 'w'), indent=1))
+        elif 'mle_calibrated' not in old['ce']:
+            add_mle_calibrated(A, cfg, work, old, seed, device)
+            write_atomic(record_path, lambda path: json.dump(record, open(path, 'w'), indent=1))
         r = record[str(seed)]
         ce = {k: np.asarray(v) for k, v in r['ce'].items()}
         row = {c: perplexity_effect(ce['distilled'], ce[c], seed) for c in controls}
         row['tilt'] = perplexity_effect(ce['tilt'], ce['base'], seed)
         row['both_calibrated'] = perplexity_effect(ce['distilled_calibrated'], ce['calibrated'], seed)
+        row['mle_calibrated'] = perplexity_effect(ce['distilled_calibrated'], ce['mle_calibrated'], seed)
         for k, e in row.items():
             effects[k].append(e)
         gains.append([ce['base'].mean() - ce['distilled'].mean(), ce['base'].mean() - ce['tilt'].mean()])
@@ -295,12 +322,14 @@ def main():
               f"{', '.join('{}/{}'.format(*r['kept'][a]) if r['kept'][a] else 'the base' for a in ARMS)} | "
               + ' | '.join(effect_text(row[k]) for k in (*controls, 'tilt'))
               + f" | {retained_text(*gains[-1])} | {effect_text(row['both_calibrated'])} "
-              f"({r['arm_calibrated_temperature']:.3f}) |")
+              f"({r['arm_calibrated_temperature']:.3f}) | {effect_text(row['mle_calibrated'])} "
+              f"({r['mle_calibrated_temperature']:.3f}) |")
     over = {k: seed_effect(v, PPL_MARGIN) for k, v in effects.items()}
     g = np.asarray(gains).mean(0)
     print(f"| **over {len(gains)} seeds** | | | | "
           + ' | '.join(f"**{effect_text(over[k])}**" for k in (*controls, 'tilt'))
-          + f" | {retained_text(*g)} (of the mean gains) | **{effect_text(over['both_calibrated'])}** |")
+          + f" | {retained_text(*g)} (of the mean gains) | **{effect_text(over['both_calibrated'])}** | "
+          f"**{effect_text(over['mle_calibrated'])}** |")
     print(f"gain retained: {g[0]:+.5f} of the tilt's {g[1]:+.5f} nats a completion token; FLOPs a seed (the MLE "
           f"control's): {r['flops']:.3g}; the run's base's tail-calibrated temperature {calibrated:.3f} (its "
           f"selection tail reads ppl {tail_ppl:.4f} there, {tail_ppl_1:.4f} at T = 1); record: {record_path}")

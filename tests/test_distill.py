@@ -11,6 +11,7 @@ import torch
 
 from conftest import ROOT, run_script, toy_run_config, train_tiny
 from data_loader import file_sha256
+from evaluate import calibrated_temperature
 from model import GPT, load_checkpoint
 from tilt import completion_logprob
 from two_sample import PROMPT_LEN, eval_windows
@@ -157,6 +158,13 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
         np.testing.assert_allclose(record[seed]['ce']['matched'], at_matched.tolist(), rtol=1e-5)
         assert len(record[seed]['ce']['calibrated']) == 12 and ce['calibrated'] != ce['base']
         assert ce['distilled_calibrated'] <= ce['distilled'] + 0.05 and record[seed]['arm_calibrated_temperature'] > 0
+        # the MLE control calibrated again: read at its own tail-calibrated temperature, on the seed's windows
+        mle_ckpt = load_checkpoint(str(work / f"mle_at_{record[seed]['flops']:.4g}_flops_s{seed}.pt"))
+        mle = GPT.from_checkpoint(mle_ckpt)
+        t = calibrated_temperature(mle, mle_ckpt, str(char_data), 'cpu')[0]
+        assert t == record[seed]['mle_calibrated_temperature'] and t != 1.0
+        at_t = -completion_logprob(mle, natural, PROMPT_LEN, t) / (natural.shape[1] - PROMPT_LEN)
+        np.testing.assert_allclose(record[seed]['ce']['mle_calibrated'], at_t.tolist(), rtol=1e-5)
         c2st = record[seed]['c2st']  # the two-sample test beside each control; the noise generator's text is far
         assert set(c2st) == {'base', 'matched', 'mle'} and c2st['base']['arm_auc'] > 0.9 and 'label' in c2st['mle']
     rows = [line for line in r.stdout.splitlines() if line.startswith('| 1 |') or line.startswith('| 2 |')]
@@ -175,6 +183,14 @@ def test_the_distillation_bench_reads_an_oracles_tilt_against_its_controls_over_
         return [line for line in out.splitlines() if line.startswith('|') or line.startswith('gain retained')]
     assert again.returncode == 0 and table(again.stdout) == table(r.stdout)
     assert [line for line in again.stdout.splitlines() if line] == table(r.stdout)  # read back: nothing else ran
+    assert {p: p.stat().st_mtime for p in work.glob('*.pt')} == stamps
+    # a record read before the MLE control was calibrated again gets that column alone, the same, nothing retrained
+    record_path = work / f'ckpt_{digest}_k16_a1_w64_e2_m0.5_read12.json'
+    for seed in ('1', '2'):
+        del record[seed]['ce']['mle_calibrated'], record[seed]['mle_calibrated_temperature']
+    record_path.write_text(json.dumps(record))
+    again = run_script(script, *args)
+    assert again.returncode == 0 and table(again.stdout) == table(r.stdout), again.stderr[-2000:]
     assert {p: p.stat().st_mtime for p in work.glob('*.pt')} == stamps
     r = run_script(script, '--run', str(run), '--judge', str(tmp_path / 'none.json'), '--judge_flops', '0')
     assert r.returncode == 2 and 'is no file' in r.stderr and 'Traceback' not in r.stderr
