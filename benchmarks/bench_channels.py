@@ -169,10 +169,9 @@ def read_seed(A, cfg, paths, base_path, seed, device, calibrated):
     cross-entropy; the matched temperature; the two-sample test of the arm's continuations of the seed's other
     prompts against the natural windows, beside the base's, the matched temperature's and the MLE control's; and
     the arm at its own tail-calibrated temperature."""
-    val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     base_ckpt = load_checkpoint(base_path)
     base = GPT.from_checkpoint(base_ckpt, device=device)
-    natural, prompts = (w.to(device) for w in eval_windows(val, A.ppl_windows, base.config.block_size, seed))
+    natural, prompts = seed_windows(A, cfg, base.config.block_size, seed, device)
     tokens = natural.shape[1] - PROMPT_LEN
     ce = dict(base=-completion_logprob(base, natural, PROMPT_LEN) / tokens)
     source = TiltSource(A.judge, base, base_ckpt, 1.0, device)
@@ -213,6 +212,13 @@ def read_seed(A, cfg, paths, base_path, seed, device, calibrated):
                 outside_sweep=outside, c2st=json.loads(json.dumps(c2st, default=float)))
 
 
+def seed_windows(A, cfg, block_size, seed, device):
+    """The seed's own val windows: its natural windows, read, and its other prompts, continued
+    (two_sample.eval_windows)."""
+    val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
+    return tuple(w.to(device) for w in eval_windows(val, A.ppl_windows, block_size, seed))
+
+
 def calibrated_ce(model, ckpt, natural, cfg, device):
     """A model at its own tail-calibrated temperature: that temperature, and each window's completion cross-entropy
     there."""
@@ -223,10 +229,9 @@ def calibrated_ce(model, ckpt, natural, cfg, device):
 def add_mle_calibrated(A, cfg, work, r, seed, device):
     """A record read before the MLE control was calibrated again: that control alone read now, on the seed's own
     windows (the arms and the other figures are kept)."""
-    val = np.memmap(os.path.join(resolve_data_dir(cfg['dataset']), 'val.bin'), dtype=np.uint16, mode='r')
     ckpt = load_checkpoint(mle_path(work, r['flops'], seed))
     model = GPT.from_checkpoint(ckpt, device=device)
-    natural = eval_windows(val, A.ppl_windows, model.config.block_size, seed)[0].to(device)
+    natural = seed_windows(A, cfg, model.config.block_size, seed, device)[0]
     temperature, ce = calibrated_ce(model, ckpt, natural, cfg, device)
     r['ce']['mle_calibrated'], r['mle_calibrated_temperature'] = ce.tolist(), temperature
 
