@@ -14,9 +14,16 @@ train_reward_model.py selects its checkpoint on, so that a judge trains to its o
 Speed: samples are sorted by K and generated in large batches with the KV-cache sampler; a batch's rows share
 their common prefix in one parallel prefill and then advance together, each row switching from copying its
 prompt to sampling at its own K. Under torchrun each rank generates a disjoint share of the batches.
+
+An interrupted run resumes: the batches written so far are saved under OUTPUT_DIR.progress/ every few minutes (and
+at each split's end), signed by everything that decides their tokens (the settings, the model's sha256, the split's
+blocks and crossovers, PyTorch and the device type); the same command again generates only the batches missing, with
+the same tokens, and removes the folder when the data is in place. Saved batches of other settings are never used.
 """
 
 import argparse
+import hashlib
+import json
 import os
 import shutil
 import time
@@ -37,6 +44,7 @@ from two_sample import eval_window_indices
 FORMAT_VERSION = 3  # 2: blocks drawn from the whole split, offsets in {split}_block_offsets.bin; 3: the natural
 # blocks themselves in {split}_natural.bin, each sample's natural counterpart (pairwise judges)
 MAX_ATTEMPTS = 3
+PROGRESS_SECONDS = 300  # how often generate_mixed saves the batches it has written, for an interrupted run to resume
 SELECT_SEED = 10 ** 9  # the select split's sampling seed is SELECT_SEED + --seed (train and val: 2 seed, 2 seed + 1)
 
 
@@ -100,11 +108,49 @@ def make_crossovers(tokens, N, samples_per_chunk, max_blocks, rng, crossover_k=0
     return blocks, chosen * N, K
 
 
-def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, desc):
+def progress_signature(cfg, model_sha256, device_type, split, blocks, K):
+    """What decides a split's generated tokens: the settings (all but where they go and the device's index), the
+    model, the split's blocks and crossovers, PyTorch and the device type. Saved batches are reused only under it."""
+    settings = {k: v for k, v in sorted(vars(cfg).items()) if k not in ('output_dir', 'device')}
+    h = hashlib.sha256(json.dumps([settings, model_sha256, device_type, torch.__version__, split],
+                                  default=str).encode())
+    h.update(np.ascontiguousarray(blocks).tobytes())
+    h.update(np.ascontiguousarray(K, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def saved_batches(folder, split, signature):
+    """{batch: its rows' tokens} of the batches that an interrupted run with this signature saved (save_batches)."""
+    found = {}
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for name in names:
+        if name.startswith(f'{split}_{signature}_') and name.endswith('.npz'):
+            with np.load(os.path.join(folder, name)) as f:
+                for b, rows in zip(f['batches'], np.split(f['tokens'], np.cumsum(f['sizes'])[:-1])):
+                    found[int(b)] = rows
+    return found
+
+
+def save_batches(folder, split, signature, fresh):
+    """Save the batches generated since the last save ({batch: tokens}) as one file, written atomically."""
+    if not fresh:
+        return
+    os.makedirs(folder, exist_ok=True)
+    batches = sorted(fresh)
+    path = os.path.join(folder, f'{split}_{signature}_{batches[0]:07d}.npz')
+    with open(path + '.tmp', 'wb') as f:
+        np.savez(f, batches=np.array(batches), sizes=np.array([len(fresh[b]) for b in batches]),
+                 tokens=np.concatenate([fresh[b] for b in batches]))
+    os.replace(path + '.tmp', path)
+    fresh.clear()
+
+
+def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, desc, progress=None):
     """
     x (n_blocks * spc, N) uint16: sample s is block s // spc with its tail from K[s] on written by the model.
     Batches hold samples of similar K (sorted), and batch b samples with seed (seed, b): the result does not depend
-    on how batches are spread over ranks.
+    on how batches are spread over ranks, nor on whether they were made before an interruption. progress: (folder,
+    split, signature) where batches are saved every PROGRESS_SECONDS and found again (saved_batches).
     """
     n_blocks, spc = K.shape
     N = blocks.shape[1]
@@ -116,7 +162,14 @@ def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, d
     batches = np.array_split(order, -(-len(order) // batch_size))
     x = np.zeros((len(K), N), dtype=np.int64)
     vocab = model.config.vocab_size
-    for b in tqdm(range(rt.rank, len(batches), rt.world_size), desc=desc, disable=not rt.master, dynamic_ncols=True):
+    mine = range(rt.rank, len(batches), rt.world_size)
+    saved = saved_batches(*progress) if progress else {}
+    for b in mine:  # a rank fills only its own batches: under DDP the ranks' rows are summed
+        if b in saved:
+            x[batches[b]] = saved[b]
+    fresh, last_save = {}, time.time()
+    for b in tqdm([b for b in mine if b not in saved], desc=desc, disable=not rt.master, dynamic_ncols=True,
+                  initial=sum(b in saved for b in mine), total=len(mine)):
         rows = batches[b]
         k_rows, k_max = K[rows], int(K[rows].max())
         prompt = torch.from_numpy(blocks[block_of[rows], :k_max].astype(np.int64)).to(rt.device)
@@ -136,6 +189,13 @@ def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, d
             raise UserError(f"generation batch {b} of {desc} failed {MAX_ATTEMPTS} times ({problem}); "
                                f"nothing was written: check the model (non-finite weights?) or lower --temperature")
         x[rows] = out.cpu().numpy()
+        if progress:
+            fresh[b] = x[rows].astype(np.uint16)
+            if time.time() - last_save >= PROGRESS_SECONDS:
+                save_batches(*progress, fresh)
+                last_save = time.time()
+    if progress:
+        save_batches(*progress, fresh)
     if rt.ddp:  # every row was written by exactly one rank; the others hold zeros
         t = torch.from_numpy(x)
         dist.all_reduce(t)
@@ -203,12 +263,14 @@ def main(argv):
     TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(tok_info, cfg.model_path, 'the data')
     n_train, train = len(train), generator_train_tokens(train, ckpt)  # never the tail the base held out
     tmp_dir = f"{cfg.output_dir.rstrip(os.sep)}.partial"
+    progress_dir = f"{cfg.output_dir.rstrip(os.sep)}.progress"  # signed batches: what an interrupted run resumes
     if rt.master:
-        shutil.rmtree(tmp_dir, ignore_errors=True)  # leftovers of an interrupted run are never trusted
+        shutil.rmtree(tmp_dir, ignore_errors=True)  # a half-written split is never trusted; saved batches are
         os.makedirs(tmp_dir)
+    model_sha256 = file_sha256(cfg.model_path)
     meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size,
                        meta_path=tok_info.meta_path, model_path=os.path.abspath(cfg.model_path),
-                       model_sha256=file_sha256(cfg.model_path),
+                       model_sha256=model_sha256,
                        temperature=cfg.temperature, top_k=cfg.top_k, samples_per_chunk=cfg.samples_per_chunk,
                        seed=cfg.seed, crossover_k=cfg.crossover_k or 'uniform', format_version=FORMAT_VERSION)
     summary, t0 = [], time.time()
@@ -229,9 +291,14 @@ def main(argv):
         if split == 'select':
             held_for_selection = offsets // N
         t_split = time.time()
+        signature = progress_signature(cfg, model_sha256, rt.device_type, split, blocks, K)
+        if rt.master and os.path.isdir(progress_dir):  # batches saved under other settings are never mixed in
+            for name in os.listdir(progress_dir):
+                if name.startswith(f'{split}_') and not name.startswith(f'{split}_{signature}_'):
+                    os.remove(os.path.join(progress_dir, name))
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
                            cfg.seed * 2 + stream if stream < 2 else SELECT_SEED + cfg.seed, rt,
-                           f"{split} ({len(blocks)} blocks)")
+                           f"{split} ({len(blocks)} blocks)", (progress_dir, split, signature))
         y = labels_for(K, N)
         if rt.master:
             n_total = len(tokens) // N
@@ -251,6 +318,7 @@ def main(argv):
         dist.barrier()
     if rt.master:
         replace_dir(tmp_dir, cfg.output_dir)
+        shutil.rmtree(progress_dir, ignore_errors=True)
         print(f"\nreward dataset written to {cfg.output_dir} in {time.time() - t0:.1f}s")
         print(f"  block size N: {N}; tokenization: {tok_info.method} (vocab {tok_info.vocab_size}); "
               f"samples per block: {cfg.samples_per_chunk}")

@@ -276,10 +276,11 @@ def main():
     data = os.path.join(work, f'data_negatives{K}_allw_select{A.select_windows}_s{A.seed}{tag}')  # each seed its own
     timing = os.path.join(data, 'generation_seconds.json')
     if not os.path.isdir(data):
-        t = time.time()
+        t, resumed = time.time(), os.path.isdir(data + '.progress')  # an interrupted generation goes on from there
         make_data('negatives', base_path, data_dir, data, 0, A.seed, (A.num_samples, A.seed), K, A.select_windows,
                   temperature)
-        spent = dict(seconds=time.time() - t, device=str(device), torch_threads=torch.get_num_threads())
+        spent = dict(seconds=time.time() - t, device=str(device), torch_threads=torch.get_num_threads(),
+                     resumed=resumed)
         write_atomic(timing, lambda path: json.dump(spent, open(path, 'w')))
     train, select = RewardDataset(data, 'train'), RewardDataset(data, 'select')
     spent = json.load(open(timing)) if os.path.exists(timing) else None
@@ -343,7 +344,8 @@ def main():
     if spent:
         print(f"negatives: {written:,} tokens sampled (train, val and select splits, {K} a window) in "
               f"{spent['seconds']:.0f} s on {spent['device']} ({spent['torch_threads']} threads), "
-              f"{spent['seconds'] / written * 1e6:.1f} s a million characters")
+              f"{spent['seconds'] / written * 1e6:.1f} s a million characters"
+              + (" (resumed: the time of its last part alone, no timing)" if spent.get('resumed') else ''))
     print("| natural / generated train windows (L2 strength / step chosen) | FLOPs (negatives, training) | sight | "
           "DV, nats a window [95%] (scale) | per prompt [95%] (scale) | fit, CPU s | the MLE control at those FLOPs: "
           "sight | its DV [95%] | its per prompt [95%] |\n|---|---|---|---|---|---|---|---|---|")

@@ -709,6 +709,7 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
     assert [len(t) for t in small.fitted_on] == [6, 6] and [len(t) for t in large.fitted_on] == [blocks, 3 * blocks]
     assert set(small.fitted_on[0]) <= set(large.fitted_on[0])  # nested
     assert 's a million characters' in r.stdout and len(list(work.glob('mle_at_*_flops_s1337.pt'))) == 4
+    assert 'resumed' not in r.stdout
     # a rerun reads the points it recorded (no judge refit) and draws the curve
     stamp = os.path.getmtime(work / 'judge_ngram_curve_6w_1neg_s1337.json')
     again = run_script(script, '--run', str(run), '--windows', '6,0', '--negatives', '1,3', '--select_windows', '4',
@@ -732,9 +733,11 @@ def test_the_judge_curve_samples_once_and_nests_its_points(tmp_path, char_ckpt, 
     r = run_script(script, '--run', str(run), '--windows', '5000,x')
     assert r.returncode == 2 and '--windows takes comma-separated counts' in r.stderr and 'Traceback' not in r.stderr
     # --temperature: every negative (the judges' and the read's) from the base at T, under names of their own
+    data = work / 'data_negatives1_allw_select4_s1337_T2.5'
+    (work / f'{data.name}.progress').mkdir()  # as a cut generation leaves it: its time is then no timing
     hot = run_script(script, *common[:4], '--negatives', '1', *common[6:], '--temperature', '2.5')
     assert hot.returncode == 0, hot.stderr[-3000:]
-    data = work / 'data_negatives1_allw_select4_s1337_T2.5'
+    assert '(resumed: the time of its last part alone' in hot.stdout and not (work / f'{data.name}.progress').exists()
     assert RewardDataset(str(data), 'train').metadata['temperature'] == '2.5' and 'at temperature 2.5' in hot.stdout
     assert (work / 'judge_ngram_curve_6w_1neg_s1337_T2.5.json').exists() and len(list(work.glob('curve_*_T2.5.json')))
     cold = RewardDataset(str(work / 'data_negatives3_allw_select4_s1337'), 'train')

@@ -282,3 +282,42 @@ def test_generation_benchmark_reads_the_negatives_shape(char_ckpt, char_data):
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"18 samples, {18 * (n - 8):,} tokens to generate" in r.stdout
     assert 'generation tok/s / forward tok/s: ' in r.stdout
+
+
+def test_interrupted_generation_resumes_with_the_same_tokens(tmp_path, monkeypatch, char_ckpt, char_data):
+    import prepare_reward_data as prd
+    monkeypatch.setattr(prd, 'PROGRESS_SECONDS', 0)  # every batch saved as it is made
+    generated, real_generate, real_save = [], GPT.generate, prd.save_batches
+    monkeypatch.setattr(GPT, 'generate', lambda *a, **k: generated.append(1) or real_generate(*a, **k))
+
+    def run(out, *extra):
+        generated.clear()
+        prd.main(['--model_path', char_ckpt, '--input_mode', 'binary', '--train_bin',
+                  os.path.join(char_data, 'train.bin'), '--val_bin', os.path.join(char_data, 'val.bin'),
+                  '--output_dir', str(out), '--device', 'cpu', '--max_blocks', '12', '--samples_per_chunk', '3',
+                  '--batch_size', '16', *extra])
+        return len(generated)
+
+    def killed(out, *extra):  # dies right after the 4th batch is saved: train's 3, then val's first
+        saves = []
+
+        def save_then_die(folder, split, signature, fresh):
+            saves.append(bool(fresh))
+            real_save(folder, split, signature, fresh)
+            if sum(saves) == 4:
+                raise KeyboardInterrupt
+        monkeypatch.setattr(prd, 'save_batches', save_then_die)
+        with pytest.raises(KeyboardInterrupt):
+            run(out, *extra)
+        monkeypatch.setattr(prd, 'save_batches', real_save)
+
+    assert run(tmp_path / 'whole') == 6  # 36 samples a split in batches of 12
+    killed(tmp_path / 'cut')
+    assert not (tmp_path / 'cut').exists() and (tmp_path / 'cut.progress').is_dir()
+    assert run(tmp_path / 'cut') == 2  # only val's last two batches are made again
+    for name in ('train_x.bin', 'train_y.bin', 'val_x.bin', 'val_y.bin', 'train_metadata.txt', 'val_metadata.txt'):
+        assert (tmp_path / 'whole' / name).read_bytes() == (tmp_path / 'cut' / name).read_bytes()
+    assert not (tmp_path / 'cut.progress').exists()
+    killed(tmp_path / 'other')  # then asked for other settings: nothing saved under the first is used
+    assert run(tmp_path / 'other', '--temperature', '0.9') == 6
+    assert not (tmp_path / 'other.progress').exists()
