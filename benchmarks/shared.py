@@ -50,20 +50,21 @@ def mle_control(cfg, base, flops, out, seed, extra=(), keep_last=False):
     """base trained further with next-token loss for at most `flops` by the cycle's rule (run_cycles.mle_args: the
     base's final learning rate held, its best checkpoint by the run's own selection split kept), with the training
     options of the run whose config.json is cfg, and `extra` train.py options (a distillation's --mix_dir); trained
-    once to out (written at the end) and reused. keep_last: the weights where it stopped too, at last_of(out) (the
-    control read as a game is, which keeps its last policy); a control trained without them is trained again."""
+    once to out (written at the end) and reused; one cut off goes on from its last evaluation (train.py --resume, in
+    out.work). keep_last: the weights where it stopped too, at last_of(out) (the control read as a game is, which
+    keeps its last policy); a control trained without them is trained again."""
     from configurator import configure
     from data_loader import resolve_data_dir
     from run_cycles import DEFAULTS, base_train_args, mle_args
     if not os.path.exists(out) or (keep_last and not os.path.exists(last_of(out))):
         C = configure(DEFAULTS, [f'--{k}={v}' for k, v in cfg.items() if k in DEFAULTS])
         _, args = mle_args(C, base, flops, seed)
-        work = out + '.work'
-        shutil.rmtree(work, ignore_errors=True)
+        work = out + '.work'  # train.py checks that a state left there is this control's before going on from it
         subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      'train.py'), f'--out_dir={work}']
                        + base_train_args(C, resolve_data_dir(C.dataset)) + args + list(extra)
-                       + (['--save_last=True'] if keep_last else []), check=True, stdout=subprocess.DEVNULL)
+                       + (['--save_last=True'] if keep_last else []) + ['--resume=True'], check=True,
+                       stdout=subprocess.DEVNULL)
         if keep_last:
             shutil.move(os.path.join(work, 'last.pt'), last_of(out))
         shutil.move(os.path.join(work, 'ckpt.pt'), out)
@@ -83,7 +84,7 @@ def ensemble_mle_control(cfg, base, flops, out, seed, device):
         for i, member in enumerate(members):
             start, path = f'{out}.member{i}_start.pt', f'{out}.member{i}.pt'
             if not os.path.exists(path):
-                save_atomic(member, start)
+                save_atomic(member, start)  # the same bytes again: a cut-off control's state still matches it
                 mle_control(cfg, start, flops / len(members), path, seed + i)
                 os.remove(start)
             trained = load_checkpoint(path)

@@ -458,6 +458,36 @@ def test_the_mle_control_trains_the_base_for_the_arms_flops(tmp_path, char_ckpt,
     assert not same_weights(tmp_path / 'mle.pt', base)
 
 
+def test_an_mle_control_cut_off_goes_on_from_its_last_evaluation(tmp_path, monkeypatch, char_ckpt, char_data):
+    """shared.mle_control: a control killed after an evaluation leaves its state in out.work, and the same call again
+    asks train.py to resume it there, ending with the weights of a control never stopped."""
+    import subprocess
+    import train
+    from conftest import kill_after_save
+    bench_share_module()  # benchmarks/ on the path
+    import shared
+    cfg = toy_run_config(char_data)
+    flops = 6 * GPT.from_checkpoint(char_ckpt).flops_per_token(backward=True) * 8 * 32  # 6 iterations, 3 evaluations
+    whole = shared.mle_control(cfg, char_ckpt, flops, str(tmp_path / 'whole.pt'), 5)
+    commands, real_run = [], subprocess.run
+
+    def recorded(cmd, **kw):
+        commands.append(cmd)
+        if len(commands) == 1:  # the first call: its command run here, cut right after the evaluation at 2
+            kill_after_save(monkeypatch, train, at=2)
+            with pytest.raises(KeyboardInterrupt):
+                train.main(cmd[2:])
+            raise KeyboardInterrupt
+        assert os.path.exists(os.path.join(tmp_path / 'cut.pt.work', 'ckpt_resume.pt'))  # left for train.py
+        return real_run(cmd, **kw)
+    monkeypatch.setattr(subprocess, 'run', recorded)
+    with pytest.raises(KeyboardInterrupt):
+        shared.mle_control(cfg, char_ckpt, flops, str(tmp_path / 'cut.pt'), 5)
+    shared.mle_control(cfg, char_ckpt, flops, str(tmp_path / 'cut.pt'), 5)
+    assert len(commands) == 2 and commands[1][-1] == '--resume=True'
+    assert same_weights(whole, tmp_path / 'cut.pt') and not (tmp_path / 'cut.pt.work').exists()
+
+
 def test_the_plateau_is_read_against_mle_controls_at_each_learning_rate(tmp_path, char_ckpt, char_data):
     """bench_plateau.py: one MLE control a seed and a held learning rate (0: the cycle's rule, the base's final one;
     run_cycles.mle_learning_rate otherwise), each read against the base on the seed's own windows, and a line that
