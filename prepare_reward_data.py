@@ -265,7 +265,7 @@ def main(argv):
     tmp_dir = f"{cfg.output_dir.rstrip(os.sep)}.partial"
     progress_dir = f"{cfg.output_dir.rstrip(os.sep)}.progress"  # signed batches: what an interrupted run resumes
     if rt.master:
-        shutil.rmtree(tmp_dir, ignore_errors=True)  # a half-written split is never trusted; saved batches are
+        shutil.rmtree(tmp_dir, ignore_errors=True)  # a half-written split is never trusted (signed batches are)
         os.makedirs(tmp_dir)
     model_sha256 = file_sha256(cfg.model_path)
     meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size,
@@ -292,8 +292,10 @@ def main(argv):
             held_for_selection = offsets // N
         t_split = time.time()
         signature = progress_signature(cfg, model_sha256, rt.device_type, split, blocks, K)
+        resumed = False
         if rt.master and os.path.isdir(progress_dir):  # batches saved under other settings are never mixed in
             for name in os.listdir(progress_dir):
+                resumed |= name.startswith(f'{split}_{signature}_')
                 if name.startswith(f'{split}_') and not name.startswith(f'{split}_{signature}_'):
                     os.remove(os.path.join(progress_dir, name))
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
@@ -313,7 +315,7 @@ def main(argv):
                                                    natural_file=f'{split}_natural.bin',
                                                    flops=model.flops_per_token() * len(x) * N), offsets, blocks)
             generated = int((N - K).sum())
-            summary.append((split, len(blocks), len(x), generated, time.time() - t_split, y[:, 0].mean()))
+            summary.append((split, len(blocks), len(x), generated, time.time() - t_split, y[:, 0].mean(), resumed))
     if rt.ddp:
         dist.barrier()
     if rt.master:
@@ -322,10 +324,10 @@ def main(argv):
         print(f"\nreward dataset written to {cfg.output_dir} in {time.time() - t0:.1f}s")
         print(f"  block size N: {N}; tokenization: {tok_info.method} (vocab {tok_info.vocab_size}); "
               f"samples per block: {cfg.samples_per_chunk}")
-        for split, n_blocks, n, gen, dt, mean_nat in summary:
+        for split, n_blocks, n, gen, dt, mean_nat, resumed in summary:
+            speed = 'resumed: part made before, no speed' if resumed else f'{gen / max(dt, 1e-9):,.0f} tok/s'
             print(f"  {split}: {n_blocks} blocks -> {n} samples, x ({n}, {N}) uint16, y ({n}, 2) float32; "
-                  f"mean P(natural) label {mean_nat:.3f}; {gen:,} generated tokens in {dt:.1f}s "
-                  f"({gen / max(dt, 1e-9):,.0f} tok/s)")
+                  f"mean P(natural) label {mean_nat:.3f}; {gen:,} generated tokens in {dt:.1f}s ({speed})")
     rt.close()
 
 

@@ -284,7 +284,7 @@ def test_generation_benchmark_reads_the_negatives_shape(char_ckpt, char_data):
     assert 'generation tok/s / forward tok/s: ' in r.stdout
 
 
-def test_interrupted_generation_resumes_with_the_same_tokens(tmp_path, monkeypatch, char_ckpt, char_data):
+def test_interrupted_generation_resumes_with_the_same_tokens(tmp_path, monkeypatch, capsys, char_ckpt, char_data):
     import prepare_reward_data as prd
     monkeypatch.setattr(prd, 'PROGRESS_SECONDS', 0)  # every batch saved as it is made
     generated, real_generate, real_save = [], GPT.generate, prd.save_batches
@@ -312,9 +312,13 @@ def test_interrupted_generation_resumes_with_the_same_tokens(tmp_path, monkeypat
         monkeypatch.setattr(prd, 'save_batches', real_save)
 
     assert run(tmp_path / 'whole') == 6  # 36 samples a split in batches of 12
+    assert 'resumed' not in capsys.readouterr().out
     killed(tmp_path / 'cut')
     assert not (tmp_path / 'cut').exists() and (tmp_path / 'cut.progress').is_dir()
+    capsys.readouterr()
     assert run(tmp_path / 'cut') == 2  # only val's last two batches are made again
+    summary = capsys.readouterr().out  # a split partly made before is given no speed
+    assert summary.count('resumed: part made before, no speed') == 2 and summary.count('tok/s') == 0
     for name in ('train_x.bin', 'train_y.bin', 'val_x.bin', 'val_y.bin', 'train_metadata.txt', 'val_metadata.txt'):
         assert (tmp_path / 'whole' / name).read_bytes() == (tmp_path / 'cut' / name).read_bytes()
     assert not (tmp_path / 'cut.progress').exists()
