@@ -117,6 +117,12 @@ def write_atomic(path, write):
             os.remove(tmp)
 
 
+def progress_dir(out_dir):
+    """Where a generation writing out_dir keeps its signed batches while it runs (prepare_reward_data.py): what an
+    interrupted run resumes from."""
+    return f"{out_dir.rstrip(os.sep)}.progress"
+
+
 def replace_dir(tmp_dir, out_dir):
     """Move the finished tmp_dir into place; an older output is removed only after the new one is there."""
     old = None

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from configurator import UserError, parse_checked, run_cli
-from data_loader import file_sha256, generator_train_tokens, load_token_splits, replace_dir
+from data_loader import file_sha256, generator_train_tokens, load_token_splits, progress_dir, replace_dir
 from model import GPT, load_checkpoint
 from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
@@ -263,7 +263,7 @@ def main(argv):
     TokenizationInfo.from_dict(ckpt['tokenization']).check_compatible(tok_info, cfg.model_path, 'the data')
     n_train, train = len(train), generator_train_tokens(train, ckpt)  # never the tail the base held out
     tmp_dir = f"{cfg.output_dir.rstrip(os.sep)}.partial"
-    progress_dir = f"{cfg.output_dir.rstrip(os.sep)}.progress"  # signed batches: what an interrupted run resumes
+    progress = progress_dir(cfg.output_dir)  # signed batches: what an interrupted run resumes
     if rt.master:
         shutil.rmtree(tmp_dir, ignore_errors=True)  # a half-written split is never trusted (signed batches are)
         os.makedirs(tmp_dir)
@@ -293,14 +293,14 @@ def main(argv):
         t_split = time.time()
         signature = progress_signature(cfg, model_sha256, rt.device_type, split, blocks, K)
         resumed = False
-        if rt.master and os.path.isdir(progress_dir):  # batches saved under other settings are never mixed in
-            for name in os.listdir(progress_dir):
+        if rt.master and os.path.isdir(progress):  # batches saved under other settings are never mixed in
+            for name in os.listdir(progress):
                 resumed |= name.startswith(f'{split}_{signature}_')
                 if name.startswith(f'{split}_') and not name.startswith(f'{split}_{signature}_'):
-                    os.remove(os.path.join(progress_dir, name))
+                    os.remove(os.path.join(progress, name))
         x = generate_mixed(model, blocks, K, cfg.batch_size, cfg.temperature, cfg.top_k,
                            cfg.seed * 2 + stream if stream < 2 else SELECT_SEED + cfg.seed, rt,
-                           f"{split} ({len(blocks)} blocks)", (progress_dir, split, signature))
+                           f"{split} ({len(blocks)} blocks)", (progress, split, signature))
         y = labels_for(K, N)
         if rt.master:
             n_total = len(tokens) // N
@@ -320,7 +320,7 @@ def main(argv):
         dist.barrier()
     if rt.master:
         replace_dir(tmp_dir, cfg.output_dir)
-        shutil.rmtree(progress_dir, ignore_errors=True)
+        shutil.rmtree(progress, ignore_errors=True)
         print(f"\nreward dataset written to {cfg.output_dir} in {time.time() - t0:.1f}s")
         print(f"  block size N: {N}; tokenization: {tok_info.method} (vocab {tok_info.vocab_size}); "
               f"samples per block: {cfg.samples_per_chunk}")

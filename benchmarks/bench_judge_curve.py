@@ -56,7 +56,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
 import train_reward_model  # noqa: E402
 from bench_judge_recipes import RECIPES, make_data, read_texts, row, run_setting  # noqa: E402
-from data_loader import write_atomic  # noqa: E402
+from data_loader import progress_dir, write_atomic  # noqa: E402
 from judge import NgramJudge, reward_model_cmd  # noqa: E402
 from prepare_reward_data import write_subset  # noqa: E402
 from model import GPT, load_checkpoint  # noqa: E402
@@ -276,7 +276,7 @@ def main():
     data = os.path.join(work, f'data_negatives{K}_allw_select{A.select_windows}_s{A.seed}{tag}')  # each seed its own
     timing = os.path.join(data, 'generation_seconds.json')
     if not os.path.isdir(data):
-        t, resumed = time.time(), os.path.isdir(data + '.progress')  # an interrupted generation goes on from there
+        t, resumed = time.time(), os.path.isdir(progress_dir(data))  # an interrupted generation goes on from there
         make_data('negatives', base_path, data_dir, data, 0, A.seed, (A.num_samples, A.seed), K, A.select_windows,
                   temperature)
         spent = dict(seconds=time.time() - t, device=str(device), torch_threads=torch.get_num_threads(),
