@@ -127,10 +127,12 @@ def test_the_front_door_and_the_paper_are_short():
 
 def test_the_readmes_answer_is_the_papers():
     """Every figure with an interval in the README's answer (its headline, three lines and table) appears, the same,
-    in docs/results.md: the front door cannot drift from the paper."""
+    in docs/results.md: the front door cannot drift from the paper. The answer stays a headline, three lines and one
+    table: at most 450 words below its heading."""
     import re
     readme = open(os.path.join(ROOT, 'README.md')).read()
     answer = readme[readme.index('## The answer'):readme.index('\n## ', readme.index('## The answer') + 5)]
+    assert len(answer.split()) - 3 <= 450, f"the README's answer has {len(answer.split()) - 3} words, more than 450"
     paper = ' '.join(open(os.path.join(ROOT, 'docs', 'results.md')).read().split())
     figures = re.findall(INTERVAL_FIGURE, ' '.join(answer.split()))
     assert len(figures) >= 10, figures
