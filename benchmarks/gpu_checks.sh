@@ -29,7 +29,9 @@ END=$((SECONDS + BUDGET))
 BASE=(--base_max_iters=5000 --base_min_lr=1e-5 --base_eval_interval=250 --base_patience=4 --judge_seeds=1)
 DECODE=(--repeats 3 --train_steps 10)
 RECIPES=(--windows 5000 --num_samples 960)  # 2 x 960 of the 1,975 val windows of 256 characters
-FED=(--windows 0 --negatives 16)  # the fed judge: every train window, 16 of the base's continuations of each
+# the fed judge: every train window, FED_NEGATIVES of the base's continuations of each (16 as on CPU; a lease of 15
+# minutes fits 4: the n-gram fit is one CPU core's, ~250 s for 16 at this size)
+FED=(--windows 0 --negatives "${FED_NEGATIVES:-16}")
 TILT=(--tilt_k 32 --tilt_windows 100 --draws 1338,2001,3001)
 PLATEAU=(--seeds 1338,2001,3001)
 MLE_ITERS=500  # the plateau's MLE controls: a tenth of the base's 5,000 iterations each
@@ -65,16 +67,29 @@ step() {  # step NAME LIMIT_S COMMAND...: run it for at most LIMIT_S seconds, or
   return "$rc"
 }
 
-pack() {  # the run's small files (configs, logs, stage times, tables), without checkpoints or sampled data
-  if [ -d "$RUN" ]; then
-    tar czf "$OUT/run.tgz" --exclude='*.pt' --exclude='*.work' --exclude='data_*' -C "$RUN" .
-  fi
+pack() {  # the runs' small files (configs, logs, stage times, tables), without checkpoints, sampled data or the
+  # judges' files (their fitted texts), as one file: a lease returns at most 8 of $OUT's
+  local runs=() r
+  for r in "$RUN" "${RUN}_calibrated" "${RUN}_s2" "${RUN}_ensemble"; do [ -d "$r" ] && runs+=("$r"); done
+  [ ${#runs[@]} -gt 0 ] && tar czf "$OUT/run.tgz.tmp" --exclude='*.pt' --exclude='*.work' --exclude='data_*' \
+    --exclude='judge_ngram_*.json' --exclude='*.progress' "${runs[@]}" && mv "$OUT/run.tgz.tmp" "$OUT/run.tgz"
+  return 0
 }
 
 step environment 30 bash -c 'nvidia-smi || true; $PY -c "import torch; print(\"torch\", torch.__version__, \"CUDA\",
   torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")"'
 step cuda-tests 120 $PY -m pytest -q -n 0 -p no:cacheprovider -k cuda
 step sampler 150 $PY benchmarks/bench_decode.py --device "$DEVICE" "${DECODE[@]}"
+# the fed steps' second base (seed 2) trains beside the first when both are named: each is launch-bound, and one
+# GPU runs the two at about one's speed (so neither's time is a figure of the base's alone)
+second_base() {
+  step fed-second-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
+    --num_cycles=0 --out_dir="${RUN}_s2" --device="$DEVICE" --seed=2 "${BASE[@]}"
+}
+# the corpus prepared first, so that the two do not both prepare it
+[ "${TOY:-0}" = 1 ] || [ -f data/shakespeare_char/train.bin ] || $PY data/shakespeare_char/prepare.py > /dev/null
+second_base &
+second=$!
 step plateau-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
   --num_cycles=0 --out_dir="$RUN" --device="$DEVICE" "${BASE[@]}"
 pack
@@ -113,11 +128,13 @@ pack
 # judge's FLOPs (calibrated again) and the ensemble, on the same windows
 CAL=${RUN}_calibrated
 step fed-calibrate 60 $PY benchmarks/calibrate_base.py --run "$RUN" --out_dir "$CAL" --device "$DEVICE"
-step fed-judge 420 $PY benchmarks/bench_judge_curve.py --run "$CAL" "${FED[@]}" --device "$DEVICE"
-step fed-second-base 240 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
-  --num_cycles=0 --out_dir="${RUN}_s2" --device="$DEVICE" --seed=2 "${BASE[@]}"
+wait $second
+# the ensemble of the two calibrated bases beside the judge, whose fit holds one CPU core and leaves the GPU idle
 step fed-ensemble 60 $PY benchmarks/calibrate_base.py --run "$RUN,${RUN}_s2" --out_dir "${RUN}_ensemble" \
-  --device "$DEVICE"
+  --device "$DEVICE" &
+ensemble=$!
+step fed-judge 420 $PY benchmarks/bench_judge_curve.py --run "$CAL" "${FED[@]}" --device "$DEVICE"
+wait $ensemble
 if [[ ",${STEPS:-}," == *",fed-tilt,"* ]]; then
   work=$(ls -d "$CAL"/recipes/base_* 2> /dev/null | head -1)
   step fed-tilt 300 $PY benchmarks/bench_tilt.py --runs "$CAL" --source "$work/judge_ngram_curve_allw_${FED[3]}neg_s1337.json" \
