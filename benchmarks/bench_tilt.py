@@ -164,6 +164,9 @@ def main():
                  ['temperature'], tilt_perplexity=tilt['tilt_perplexity'], tilt_ess=tilt['tilt_ess'],
                  c2st_auc=tilt['c2st_auc'])
         verdicts.append(v)
+        # each draw's reading as it finishes: a run cut off (a GPU lease's step) keeps the draws it read
+        print(f"draw {seed}, K = {A.tilt_k}: " + '; '.join(
+            f"vs {c} {effect(e['perplexity_effect'])}" for c, e in v['verdicts'].items()), flush=True)
         ppl = ', '.join(f"K={K} {c['conservative']:.3f} / {c['optimistic']:.3f}" for K, c in
                         tilt['tilt_perplexity'].items())
         rows.append(f"| {seed} | {ppl} | {tilt['tilt_ess']:.2f} | {tilt['c2st_auc']:.3f} | "

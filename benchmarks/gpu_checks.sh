@@ -31,7 +31,7 @@ DECODE=(--repeats 3 --train_steps 10)
 RECIPES=(--windows 5000 --num_samples 960)  # 2 x 960 of the 1,975 val windows of 256 characters
 # the fed judge: every train window, FED_NEGATIVES of the base's continuations of each (16 as on CPU; a lease of 15
 # minutes fits 4: the n-gram fit is one CPU core's, ~250 s for 16 at this size)
-FED=(--windows 0 --negatives "${FED_NEGATIVES:-16}")
+FED=(--windows 0 --negatives "${FED_NEGATIVES:-16}" --num_samples 960)  # 2 x 960 of the 1,975 val windows
 TILT=(--tilt_k 32 --tilt_windows 100 --draws 1338,2001,3001)
 PLATEAU=(--seeds 1338,2001,3001)
 MLE_ITERS=500  # the plateau's MLE controls: a tenth of the base's 5,000 iterations each

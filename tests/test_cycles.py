@@ -292,6 +292,10 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
         assert len(points) >= 2 and all('c2st_auc' in p for p in points)
         assert len(json.loads((tilted / f'tilt_judge_k4_a1_d{seed}.json').read_text())[0]
                    ['tilt_window_cross_entropy']['128']) == 4
+    # each draw's reading printed as it finishes, every control's in it (a lease's step cut off keeps them)
+    assert [line.split(':')[0] for line in r.stdout.splitlines() if line.startswith('draw ')] == \
+        ['draw 5, K = 4', 'draw 6, K = 4'] and all('; vs control ' in line for line in r.stdout.splitlines()
+                                                   if line.startswith('draw '))
     table = r.stdout[r.stdout.index('at each K'):]
     assert [line.split(' | ')[0] for line in table.splitlines() if line.startswith('| ') and line[2].isdigit()] == \
         ['| 4', '| 8', '| 32', '| 128'] and \
