@@ -29,8 +29,8 @@ END=$((SECONDS + BUDGET))
 BASE=(--base_max_iters=5000 --base_min_lr=1e-5 --base_eval_interval=250 --base_patience=4 --judge_seeds=1)
 DECODE=(--repeats 3 --train_steps 10)
 RECIPES=(--windows 5000 --num_samples 960)  # 2 x 960 of the 1,975 val windows of 256 characters
-# the fed judge: every train window, FED_NEGATIVES of the base's continuations of each (16 as on CPU; a lease of 15
-# minutes fits 4: the n-gram fit is one CPU core's, ~250 s for 16 at this size)
+# the fed judge: every train window, FED_NEGATIVES of the base's continuations of each (16 as on CPU; one lease fitted
+# 4 beside the tilt: the judge's step took 175 s on an H200, its fit 747 CPU seconds, which grow with the negatives)
 FED=(--windows 0 --negatives "${FED_NEGATIVES:-16}" --num_samples 960)  # 2 x 960 of the 1,975 val windows
 TILT=(--tilt_k 32 --tilt_windows 100 --draws 1338,2001,3001)
 PLATEAU=(--seeds 1338,2001,3001)
@@ -129,7 +129,7 @@ pack
 CAL=${RUN}_calibrated
 step fed-calibrate 60 $PY benchmarks/calibrate_base.py --run "$RUN" --out_dir "$CAL" --device "$DEVICE"
 wait $second
-# the ensemble of the two calibrated bases beside the judge, whose fit holds one CPU core and leaves the GPU idle
+# the ensemble of the two calibrated bases beside the judge, whose fit runs on the CPU and leaves the GPU idle
 step fed-ensemble 60 $PY benchmarks/calibrate_base.py --run "$RUN,${RUN}_s2" --out_dir "${RUN}_ensemble" \
   --device "$DEVICE" &
 ensemble=$!
