@@ -20,6 +20,8 @@ DEVICE=${DEVICE:-cuda}
 export PY=${PY:-python3}  # the GPU image's python with PyTorch
 BUDGET=${BUDGET:-590}
 RUN=${RUN:-runs/plateau_gpu}
+# the fed steps' runs beside it: the base at its tail-calibrated temperature, a second base (seed 2), their ensemble
+CAL=${RUN}_calibrated SECOND=${RUN}_s2 ENSEMBLE=${RUN}_ensemble
 mkdir -p "$OUT"
 LOG=$OUT/checks.log
 END=$((SECONDS + BUDGET))
@@ -70,7 +72,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run it for at most LIMIT_S seconds, or
 pack() {  # the runs' small files (configs, logs, stage times, tables), without checkpoints, sampled data or the
   # judges' files (their fitted texts), as one file: a lease returns at most 8 of $OUT's
   local runs=() r
-  for r in "$RUN" "${RUN}_calibrated" "${RUN}_s2" "${RUN}_ensemble"; do [ -d "$r" ] && runs+=("$r"); done
+  for r in "$RUN" "$CAL" "$SECOND" "$ENSEMBLE"; do [ -d "$r" ] && runs+=("$r"); done
   [ ${#runs[@]} -gt 0 ] && tar czf "$OUT/run.tgz.tmp" --exclude='*.pt' --exclude='*.work' --exclude='data_*' \
     --exclude='judge_ngram_*.json' --exclude='*.progress' "${runs[@]}" && mv "$OUT/run.tgz.tmp" "$OUT/run.tgz"
   return 0
@@ -82,13 +84,10 @@ step cuda-tests 120 $PY -m pytest -q -n 0 -p no:cacheprovider -k cuda
 step sampler 150 $PY benchmarks/bench_decode.py --device "$DEVICE" "${DECODE[@]}"
 # the fed steps' second base (seed 2) trains beside the first when both are named: each is launch-bound, and one
 # GPU runs the two at about one's speed (so neither's time is a figure of the base's alone)
-second_base() {
-  step fed-second-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
-    --num_cycles=0 --out_dir="${RUN}_s2" --device="$DEVICE" --seed=2 "${BASE[@]}"
-}
 # the corpus prepared first, so that the two do not both prepare it
 [ "${TOY:-0}" = 1 ] || [ -f data/shakespeare_char/train.bin ] || $PY data/shakespeare_char/prepare.py > /dev/null
-second_base &
+step fed-second-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
+  --num_cycles=0 --out_dir="$SECOND" --device="$DEVICE" --seed=2 "${BASE[@]}" &
 second=$!
 step plateau-base 300 $PY run_cycles.py config/cycles_shakespeare_char_gpu.py config/cycles_plateau.py \
   --num_cycles=0 --out_dir="$RUN" --device="$DEVICE" "${BASE[@]}"
@@ -126,11 +125,10 @@ pack
 # train window x 16 of that base's own continuations (J_T) with its MLE control, a second base (seed 2) and the
 # ensemble of the two calibrated, then J_T's tilt of the calibrated base read against the calibrated base, MLE at the
 # judge's FLOPs (calibrated again) and the ensemble, on the same windows
-CAL=${RUN}_calibrated
 step fed-calibrate 60 $PY benchmarks/calibrate_base.py --run "$RUN" --out_dir "$CAL" --device "$DEVICE"
 wait $second
 # the ensemble of the two calibrated bases beside the judge, whose fit runs on the CPU and leaves the GPU idle
-step fed-ensemble 60 $PY benchmarks/calibrate_base.py --run "$RUN,${RUN}_s2" --out_dir "${RUN}_ensemble" \
+step fed-ensemble 60 $PY benchmarks/calibrate_base.py --run "$RUN,$SECOND" --out_dir "$ENSEMBLE" \
   --device "$DEVICE" &
 ensemble=$!
 step fed-judge 420 $PY benchmarks/bench_judge_curve.py --run "$CAL" "${FED[@]}" --device "$DEVICE"
@@ -138,7 +136,7 @@ wait $ensemble
 if [[ ",${STEPS:-}," == *",fed-tilt,"* ]]; then
   work=$(ls -d "$CAL"/recipes/base_* 2> /dev/null | head -1)
   step fed-tilt 300 $PY benchmarks/bench_tilt.py --runs "$CAL" --source "$work/judge_ngram_curve_allw_${FED[3]}neg_s1337.json" \
-    --mle "$(ls "$work"/mle_at_*_flops_s1337.pt | head -1)" --control "${RUN}_ensemble/base_model_v1.pt" "${TILT[@]}" \
+    --mle "$(ls "$work"/mle_at_*_flops_s1337.pt | head -1)" --control "$ENSEMBLE/base_model_v1.pt" "${TILT[@]}" \
     --device "$DEVICE" --out "$OUT/fed_tilt.json"
 fi
 pack
