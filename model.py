@@ -170,6 +170,9 @@ class Block(nn.Module):
 class GPTConfig:
     block_size: int = 1024
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for efficiency
+    # the tokenizer's ids, 0..n_tokens-1 (0: all vocab_size): the head's law is over these alone, so a padded id is
+    # never sampled nor given mass (its embedding row is there for the matmul's shape only)
+    n_tokens: int = 0
     n_layer: int = 12
     n_head: int = 12
     n_embd: int = 768
@@ -179,9 +182,26 @@ class GPTConfig:
     reward_head_hidden_dim: int = 256
     reward_pooling: str = 'last'  # reward head input: 'last' token's state, the 'mean' over positions, or each 'token'
     gelu_approximate: str = 'none'  # 'tanh' for GPT-2's weights, which were trained with that GELU
+    @property
+    def tokens(self):
+        return self.n_tokens or self.vocab_size
+
     # a whole-window judge whose positions attend both ways (the energy net of Deng et al. 2020 and Lin et al. 2021):
     # it reads every token from every position, which a causal trunk cannot; never a generator or a per-token judge
     bidirectional: bool = False
+
+
+class TokenHead(nn.Linear):
+    """The generator's head, tied to wte: logits over the tokenizer's n_tokens ids only. The rows past them pad the
+    vocabulary to a multiple of 64 (nanoGPT's habit, for the matmul's speed); their logits would hold mass that a
+    sampler draws and a tokenizer cannot decode, so they are left out of the law (and of the matmul)."""
+
+    def __init__(self, n_embd, vocab_size, n_tokens):
+        super().__init__(n_embd, vocab_size, bias=False)
+        self.n_tokens = n_tokens
+
+    def forward(self, x):
+        return F.linear(x, self.weight[:self.n_tokens])
 
 
 class GPT(nn.Module):
@@ -196,6 +216,8 @@ class GPT(nn.Module):
             raise ValueError("bidirectional attention is for whole-window judges (mode='reward' with reward_pooling "
                              f"'last' or 'mean'), not mode={config.mode!r} with pooling {config.reward_pooling!r}")
         assert config.vocab_size is not None and config.block_size is not None
+        if not 0 <= config.n_tokens <= config.vocab_size:
+            raise ValueError(f"GPTConfig.n_tokens must lie in [0, vocab_size {config.vocab_size}], got {config.n_tokens}")
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -205,7 +227,7 @@ class GPT(nn.Module):
             ln_f=LayerNorm(config.n_embd, bias=config.bias),
         ))
         if config.mode == 'generator':
-            self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+            self.lm_head = TokenHead(config.n_embd, config.vocab_size, config.tokens)
             self.transformer.wte.weight = self.lm_head.weight  # weight tying
         else:
             self.reward_head = nn.Sequential(
@@ -269,13 +291,13 @@ class GPT(nn.Module):
         keys and values), one over the S·V candidates, each attending to its row's true prefix and to itself. Eval
         mode (no dropout).
         """
-        B, V, C = idx.size(0), self.config.vocab_size, self.config.n_embd
+        B, V, C = idx.size(0), self.config.tokens, self.config.n_embd
         positions = positions.expand(B, -1)
         idx = idx[:, :int(positions.max())]  # the true tokens any candidate attends to
         cache = KVCache(self.config.n_layer, idx.size(1), chunk=max(idx.size(1), 1))
         self.hidden_states(idx, cache)
         wte, wpe = self.transformer.wte, self.transformer.wpe
-        c = (wte.weight + wpe(positions)[..., None, :]).reshape(B, -1, C)
+        c = (wte.weight[:V] + wpe(positions)[..., None, :]).reshape(B, -1, C)
         for block in self.transformer.h:
             c = block.candidates(c, cache, positions)
         return self.transformer.ln_f(c).view(B, positions.size(1), V, C)
@@ -376,7 +398,7 @@ class GPT(nn.Module):
                               RuntimeWarning, stacklevel=2)
                 rng.restore()
         out, ent, finite = result or self._generate_eager(*args)
-        check_sampled(out, start, finite, self.config.vocab_size)
+        check_sampled(out, start, finite, self.config.tokens)
         return (out, ent) if entropy else out
 
     def _generate_eager(self, idx, total, start, prompt_lengths, temperature, top_k, generator, entropy):
@@ -442,10 +464,10 @@ class GPT(nn.Module):
             if mode not in (None, 'generator') or overrides:
                 raise ValueError("an ensemble checkpoint is read and sampled as it is, never trained or turned into a "
                                  "judge: train or start from one of its members instead")
-            ensemble = Ensemble([cls(GPTConfig(**a)) for a in ckpt['ensemble_args']])
+            ensemble = Ensemble([cls(GPTConfig(**with_token_count(a, ckpt))) for a in ckpt['ensemble_args']])
             ensemble.load_state_dict(ckpt['model'], strict=True)
             return ensemble.to(device).eval()
-        args = dict(ckpt['model_args'])
+        args = with_token_count(ckpt['model_args'], ckpt)
         saved_mode = args.get('mode', 'generator')
         args['mode'] = mode or saved_mode
         unknown = set(overrides) - {f.name for f in fields(GPTConfig)}
@@ -472,6 +494,17 @@ class GPT(nn.Module):
         return model.to(device).eval()
 
 
+def with_token_count(model_args, ckpt):
+    """A checkpoint's model args with n_tokens set: a checkpoint written before the field existed takes its
+    tokenizer's vocabulary size where that is below the model's (GPT-2 BPE padded to 50,304), so its sampler too
+    never draws a padded id."""
+    args = dict(model_args)
+    known = ckpt.get('tokenization', {}).get('vocab_size')
+    if 'n_tokens' not in args and known and int(known) < args['vocab_size']:
+        args['n_tokens'] = int(known)
+    return args
+
+
 class Ensemble(nn.Module):
     """
     Generators averaged token by token, read and sampled as one generator: each next token's probability the mean
@@ -487,8 +520,8 @@ class Ensemble(nn.Module):
     def __init__(self, members):
         super().__init__()
         first = members[0].config
-        if any(m.config.mode != 'generator' or (m.config.vocab_size, m.config.block_size)
-               != (first.vocab_size, first.block_size) for m in members):
+        if any(m.config.mode != 'generator' or (m.config.vocab_size, m.config.tokens, m.config.block_size)
+               != (first.vocab_size, first.tokens, first.block_size) for m in members):
             raise ValueError("an ensemble takes generators of one vocabulary and block size")
         self.members = nn.ModuleList(members)
         self.widths = [m.config.n_embd for m in members]

@@ -161,7 +161,7 @@ def generate_mixed(model, blocks, K, batch_size, temperature, top_k, seed, rt, d
     # their own K, so 600 rows split 512 + 88 would spend the first batch's steps mostly copying
     batches = np.array_split(order, -(-len(order) // batch_size))
     x = np.zeros((len(K), N), dtype=np.int64)
-    vocab = model.config.vocab_size
+    vocab = model.config.tokens
     mine = range(rt.rank, len(batches), rt.world_size)
     saved = saved_batches(*progress) if progress else {}
     for b in mine:  # a rank fills only its own batches: under DDP the ranks' rows are summed

@@ -30,14 +30,23 @@ from worth import effective_sample_size, log_odds, telescoped_log_odds, tilt_cho
 
 TILT_PPL_K = (8, 32, 128)  # the candidates a prompt at which the tilt's perplexity is shown
 ROWS = 1024  # sequences a batch, in sampling and scoring
+LOGITS_BYTES = 256 * 2 ** 20  # a scoring batch's logits at the most: a BPE evaluation stays within a laptop's memory
 
 
 @torch.no_grad()
 def completion_logprob(model, windows, prompt_len, temperature=1.0):
     """Each window's log-probability (nats, float64) of its tokens after the first prompt_len, under model at this
-    temperature."""
-    return np.concatenate([token_logprobs(model, windows[i:i + ROWS], temperature)[0][:, prompt_len - 1:].sum(1)
-                           .double().cpu().numpy() for i in range(0, len(windows), ROWS)])
+    temperature; as many windows a batch as keep its logits under LOGITS_BYTES (at GPT-2 BPE, 1,000 windows' logits
+    are 13 GB)."""
+    rows = logit_rows(model, windows.shape[1])
+    return np.concatenate([token_logprobs(model, windows[i:i + rows], temperature)[0][:, prompt_len - 1:].sum(1)
+                           .double().cpu().numpy() for i in range(0, len(windows), rows)])
+
+
+def logit_rows(model, length):
+    """How many sequences of `length` tokens a scoring batch takes: at most ROWS, and as many as keep their float32
+    logits (token_logprobs holds them and their scaled copy) under LOGITS_BYTES."""
+    return int(max(1, min(ROWS, LOGITS_BYTES // (2 * 4 * length * model.config.tokens))))
 
 
 @torch.no_grad()

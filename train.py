@@ -133,7 +133,7 @@ def init_model(C, tokenizer, data_dir):
     if C.init_from == 'scratch':
         vocab_size = tokenizer.vocab_size if tokenizer.method == 'char' else 50304
         model_args = dict(n_layer=C.n_layer, n_head=C.n_head, n_embd=C.n_embd, block_size=C.block_size,
-                          bias=C.bias, vocab_size=vocab_size, dropout=C.dropout)
+                          bias=C.bias, vocab_size=vocab_size, n_tokens=tokenizer.vocab_size, dropout=C.dropout)
         model = GPT(GPTConfig(**model_args))
     elif is_pretrained(C.init_from):
         if tokenizer.method != 'bpe':

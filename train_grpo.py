@@ -608,7 +608,7 @@ def step_flops(run):
                         + C.num_iterations * policy.flops_per_token(backward=True))
     if C.objective == 'judge_teacher':  # the law's base pass, and a token judge's every candidate token (where the
         # law is read at law_positions: those, and the true rows' pass they attend to)
-        V = policy.config.vocab_size
+        V = policy.config.tokens
         candidates = C.law_positions * V + N if C.law_positions else N * V
         flops += rows * (N * policy.flops_per_token()
                          + (candidates * judge_flops_per_token(run) if C.reward == 'judge' else 0))

@@ -7,6 +7,9 @@ The rule reads each effect's 95% interval, and is monotone: an interval that exc
 small ('better' or 'worse', 'within margin' added when the whole interval also lies inside ±margin); one that
 includes 0 and lies inside ±margin is 'equal' (equivalent); any other is 'unresolved'. A more precise interval about
 the same effect can only move a label from 'unresolved' to one of the others, never from 'better' to 'equal'.
+One exception, below measurement: an interval lying wholly within ±ROUNDING of 0 is 'equal' whichever side of 0 it
+falls on. Such an effect is float32 rounding (a model against its own ensemble with a twin), whose sign differs between
+CPU families; no figure of this repository reads an effect that small.
 """
 
 import numpy as np
@@ -23,6 +26,9 @@ BOOTSTRAP = 1000  # resamples behind each effect's 95% interval
 # the two-sample referee is refit over this many fold seeds, its effect their mean (and each resample's), so that one
 # fold split's luck does not decide it; the fits' spread is reported beside the interval
 REFITS = 3
+# effects (a perplexity ratio's 1 - r, an AUC difference) within this of 0 are float32 rounding, not a difference:
+# one ulp of a cross-entropy near 1 is 1.2e-7, summed over a window's tokens and the log-sum-exp of an ensemble
+ROUNDING = 1e-6
 MIN_SEEDS = 3  # training seeds a verdict on a method reads at the least
 # 3: TOST labels, the referee's refits in the two-sample interval, 'unresolved' for one fresh judge; 4: the joint
 # referee weighs the arm and a two-point control alike; 5: the monotone rule, the two-sample interval resamples the
@@ -63,7 +69,9 @@ def compare(arm, control, higher_is_better, alpha=0.05):
 def effect_label(ci, margin):
     """An effect's label from its 95% interval ci (positive: the arm is better) and its equivalence margin: 'better'
     or 'worse' when the interval excludes 0; 'equal' when it includes 0 and lies inside ±margin; else 'unresolved'
-    (the data cannot tell a material difference from none)."""
+    (the data cannot tell a material difference from none). An interval within ±ROUNDING of 0 is 'equal'."""
+    if max(abs(ci[0]), abs(ci[1])) < ROUNDING:
+        return 'equal'
     if ci[0] > 0 or ci[1] < 0:
         return 'better' if ci[0] > 0 else 'worse'
     return 'equal' if -margin < ci[0] and ci[1] < margin else 'unresolved'

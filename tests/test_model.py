@@ -486,3 +486,50 @@ def test_from_checkpoint_fails_loudly_on_wrong_keys(tmp_path):
         GPT.from_checkpoint(ckpt)
     with pytest.raises(ValueError, match="does not fit"):
         GPT.from_checkpoint(str(tmp_path / 'g.pt'), n_embd=32)  # shapes differ
+
+
+def padded_checkpoint(tmp_path, n_tokens=40, with_field=True):
+    """A generator of vocab_size 50 whose tokenizer holds 40 ids, every padded row's logit far above the rest (its
+    embedding along the final LayerNorm's constant output); written with n_tokens, or as a checkpoint written before
+    the field existed, whose tokenization record alone says 40."""
+    m = tiny(**({'n_tokens': n_tokens} if with_field else {}))
+    with torch.no_grad():
+        m.transformer.ln_f.weight.zero_()
+        m.transformer.ln_f.bias.fill_(1.0)
+        m.transformer.wte.weight[n_tokens:] = 2.0  # logit 32 on each padded id, about 0 on the real ones
+    path = str(tmp_path / 'padded.pt')
+    save_checkpoint(path, m, tokenization=dict(method='bpe', vocab_size=n_tokens))
+    if not with_field:
+        ckpt = load_checkpoint(path)
+        ckpt['model_args'].pop('n_tokens', None)
+        torch.save(ckpt, path)
+    return path
+
+
+@pytest.mark.parametrize('with_field', [True, False])
+def test_no_sampler_draws_a_padded_id_and_the_law_is_over_the_tokenizers_ids(tmp_path, with_field):
+    """GPT-2 BPE pads 50,257 ids to 50,304: a padded id holds mass a sampler would draw and tiktoken cannot decode.
+    With the padded rows' logits far above the rest, the eager and static loops, the ensemble and the per-prefix
+    candidates see the tokenizer's 40 ids only, and the law over them sums to 1; a checkpoint written before
+    n_tokens existed takes it from its tokenization record."""
+    from model import Ensemble, ensemble_checkpoint, evaluate_perplexity
+    path = padded_checkpoint(tmp_path, with_field=with_field)
+    m = GPT.from_checkpoint(path)
+    assert m.config.tokens == 40 and m.config.vocab_size == 50
+    idx = torch.zeros(8, 2, dtype=torch.long)
+    for sampler in ('eager', 'static'):
+        out = m.generate(idx, 12, generator=torch.Generator().manual_seed(0), sampler=sampler)
+        assert int(out.max()) < 40, sampler
+    pair = GPT.from_checkpoint(ensemble_checkpoint([load_checkpoint(path)] * 2))
+    assert isinstance(pair, Ensemble) and int(pair.generate(idx, 12, generator=torch.Generator().manual_seed(0)).max()) < 40
+    logits = m(torch.zeros(1, 5, dtype=torch.long), all_logits=True)[0]
+    assert logits.shape[-1] == 40
+    torch.testing.assert_close(torch.softmax(logits, -1).sum(-1), torch.ones(1, 5))
+    assert m.candidate_states(torch.zeros(1, 4, dtype=torch.long), torch.tensor([2])).shape[2] == 40
+    tokens = torch.randint(0, 40, (200,)).numpy()
+    assert evaluate_perplexity(m, tokens)[1] < 45  # near uniform over the 40 (not e^32: no mass on the padding)
+
+
+def test_n_tokens_past_the_vocabulary_is_refused():
+    with pytest.raises(ValueError, match='n_tokens'):
+        GPT(GPTConfig(**TINY, n_tokens=51))

@@ -20,6 +20,16 @@ def test_the_rule_reads_where_the_interval_lies():
     assert not labelled(0.0, [-0.02, 0.02], 0.03)['within_margin']
 
 
+def test_an_interval_within_float_rounding_of_0_is_equal_on_either_side():
+    """A model against its ensemble with its own twin differs by float32 rounding, whose sign is the CPU's: inside
+    ±ROUNDING the label is 'equal' on both sides of 0, and just past it the rule reads a difference again."""
+    from verdict import ROUNDING
+    assert effect_label([-3e-7, -1e-7], 0.01) == effect_label([1e-7, 3e-7], 0.01) == 'equal'
+    assert not labelled(-2e-7, [-3e-7, -1e-7], 0.01)['within_margin']
+    assert effect_label([2 * ROUNDING, 3 * ROUNDING], 0.01) == 'better'
+    assert effect_label([-3 * ROUNDING, -ROUNDING * 1.01], 0.01) == 'worse'
+
+
 def test_a_more_precise_interval_never_turns_a_difference_into_equal():
     """The rule is monotone: shrink an interval about its effect and a 'better' or 'worse' stays one, and an 'equal'
     stays 'equal' or becomes a difference; only 'unresolved' resolves. The case the last rule got wrong: +0.028
