@@ -8,6 +8,7 @@ here before the script reads or writes anything. Also the CLI wrapper that turns
 non-zero exit.
 """
 
+import math
 import os
 import re
 import sys
@@ -52,6 +53,15 @@ def parse_range(spec):
     return lambda v: any(t(v) for t in tests)
 
 
+def finite(value, spec):
+    """Whether a number (or each of an 'each' option's comma-separated numbers) is finite; what is not a number is
+    left to its range's test."""
+    try:
+        return all(math.isfinite(float(x)) for x in (str(value).split(',') if spec.startswith('each ') else [value]))
+    except (TypeError, ValueError):
+        return True
+
+
 def check_numbers(cfg, ranges, relations=()):
     """Every numeric option of cfg (a dict) in its range, and every relation between options true, else a UserError
     naming the option, its value and the range. ranges maps each option to parse_range's spec (None values pass:
@@ -60,6 +70,8 @@ def check_numbers(cfg, ranges, relations=()):
         value = cfg[key]
         if value is None:
             continue
+        if not finite(value, spec):  # inf passes a lower bound alone
+            raise UserError(f"--{key}={value!r} is not a finite number: pass one in its range, {spec}")
         try:
             ok = parse_range(spec)(value)
         except (TypeError, ValueError):

@@ -47,6 +47,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -282,6 +283,9 @@ def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, 
             d = a + g * (b - a)
             fd = ce(d)
     beta = (a + b) / 2
+    if min(beta - 1 / high, 1 / low - beta) < 2 * tol:  # the search's bracket held the fit: say so, once
+        print(f"warning: the tail's best temperature lies at the search's bound, T = {1 / beta:.4g} (the fit is "
+              f"clamped to [{low}, {high}]): the base is read there", file=sys.stderr)
     return 1 / beta, float(np.exp(ce(beta))), float(np.exp(ce(1.0)))
 
 
@@ -300,7 +304,8 @@ def base_calibrated_temperature(base_path, dataset, device):
 RANGES = dict(temperatures='each > 0', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',
               judge_max_blocks='>= 1', judge_samples_per_chunk='>= 1', c2st_folds='0 or >= 2', tilt_k='>= 2',
               tilt_scale='>= 0', tilt_windows='>= 1')
-RELATIONS = (('c2st_folds <= num_samples', "each fold holds at least one sample"),)
+RELATIONS = (('num_samples is None or c2st_folds <= num_samples', "each fold holds at least one sample"),)
+NUM_SAMPLES = 1000  # samples a point by default, where the val split holds twice as many windows
 
 
 def parse_args(argv):
@@ -315,7 +320,8 @@ def parse_args(argv):
     p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples, "
                    "sight (AUC, natural windows against the samples) and worth in nats (the Donsker-Varadhan bound "
                    "of its log-odds, worth.py) are reported")
-    p.add_argument('--num_samples', type=int, default=1000)
+    p.add_argument('--num_samples', type=int, default=None, help=f"samples a point, and as many natural windows "
+                   f"(default: {NUM_SAMPLES}, or as many as the val split holds twice over)")
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')
     p.add_argument('--no_ppl', action='store_true', help="skip the whole-split perplexity")
@@ -341,6 +347,20 @@ def parse_args(argv):
     return A
 
 
+def fitted_num_samples(A, windows):
+    """--num_samples as given (eval_windows stops on one the split cannot hold), or by default NUM_SAMPLES, fewer
+    where the val split holds under 2 x NUM_SAMPLES windows of the referee's block (said in one line)."""
+    if A.num_samples is not None:
+        return A.num_samples
+    n = min(NUM_SAMPLES, windows // 2)
+    if n < max(2, A.c2st_folds):
+        raise UserError(f"the val split holds {windows} windows of the referee's block: too few for an evaluation "
+                        f"(2 x {max(2, A.c2st_folds)}); use a larger val split or a smaller block")
+    if n < NUM_SAMPLES:
+        print(f"num_samples: {n}, what the val split's {windows} windows hold twice over (default {NUM_SAMPLES})")
+    return n
+
+
 def main(argv):
     A = parse_args(argv)
     device = resolve_device(A.device)
@@ -353,6 +373,7 @@ def main(argv):
     rm = GPT.from_checkpoint(A.reward_model, device=device) if A.reward_model else None
     known_words = train_words(data_dir, referee_ckpt)  # read once: every point is judged against one vocabulary
     val = np.memmap(os.path.join(data_dir, 'val.bin'), dtype=np.uint16, mode='r')
+    A.num_samples = fitted_num_samples(A, len(val) // referee.config.block_size)
     reference, prompts = eval_windows(val, A.num_samples, referee.config.block_size, A.seed)
     reference_features = None if A.no_mauve else mean_pooled_features(referee, reference.to(device))  # once a run
     results = []

@@ -217,7 +217,8 @@ class GPT(nn.Module):
                              f"'last' or 'mean'), not mode={config.mode!r} with pooling {config.reward_pooling!r}")
         assert config.vocab_size is not None and config.block_size is not None
         if not 0 <= config.n_tokens <= config.vocab_size:
-            raise ValueError(f"GPTConfig.n_tokens must lie in [0, vocab_size {config.vocab_size}], got {config.n_tokens}")
+            raise ValueError(f"GPTConfig.n_tokens must lie in [0, vocab_size {config.vocab_size}], "
+                             f"got {config.n_tokens}")
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),

@@ -13,6 +13,8 @@ returns per-completion scores (B,) and per-position scores (B, N) where it has t
   known_words    the share of the completion's words found in the train split (exact, and hackable)
   module:function  a user's own (or path/to/file.py:function), called as function(prompts=[str],
                  completions=[str], prompt_ids=[[int]], completion_ids=[[int]]), one float back a completion
+
+Several, comma-separated, are summed with weights, as TRL's reward_funcs with reward_weights (combined_reward).
 """
 
 import importlib
@@ -20,6 +22,7 @@ import importlib.util
 import math
 import os
 import sys
+import traceback
 
 import torch
 
@@ -105,20 +108,79 @@ def load_user_function(spec):
 
 
 def user_reward(spec):
-    """A reward of this module's shape that calls the user's function (load_user_function) on the texts and ids."""
+    """A reward of this module's shape that calls the user's function (load_user_function) on the texts and ids.
+    Whatever goes wrong in it is one line naming the function and what was wrong: the exception with the user's file
+    and line, the count returned, or the first value that is not a finite number and its completion."""
     fn = load_user_function(spec)
 
     def reward(r):
         ids = r.seqs.tolist()
-        scores = fn(prompts=r.prompts, completions=r.completions,
-                    prompt_ids=[row[:n] for row, n in zip(ids, r.prompt_lengths)],
-                    completion_ids=[row[n:] for row, n in zip(ids, r.prompt_lengths)])
-        scores = [float(s) for s in scores]
-        if len(scores) != len(ids) or not all(math.isfinite(s) for s in scores):
-            raise UserError(f"--reward={spec} returned {len(scores)} scores for {len(ids)} completions (or a "
-                            f"non-finite one): it must return one finite float per completion")
-        return torch.tensor(scores, device=r.seqs.device), None
+        try:
+            scores = list(fn(prompts=r.prompts, completions=r.completions,
+                             prompt_ids=[row[:n] for row, n in zip(ids, r.prompt_lengths)],
+                             completion_ids=[row[n:] for row, n in zip(ids, r.prompt_lengths)]))
+        except Exception as e:
+            raise UserError(f"--reward={spec} raised {type(e).__name__}: {e} ({raised_at(e, fn)})") from None
+        if len(scores) != len(ids):
+            raise UserError(f"--reward={spec} returned {len(scores)} scores for {len(ids)} completions: it must "
+                            "return one float per completion")
+        for i, score in enumerate(scores):
+            try:
+                ok = math.isfinite(float(score))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise UserError(f"--reward={spec} returned {score!r} for completion {i} ({r.completions[i][:40]!r}): "
+                                "it must return a finite float for every completion")
+        return torch.tensor([float(x) for x in scores], device=r.seqs.device), None
     return reward
+
+
+def raised_at(e, fn):
+    """Where an exception of a user's reward was raised: the innermost line of the file that defines it."""
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if f.filename == getattr(getattr(fn, '__code__', None), 'co_filename', None)]
+    frame = (own or frames)[-1]
+    return f"{frame.filename}, line {frame.lineno}"
+
+
+def reward_names(spec):
+    """The rewards a --reward names: one, or several comma-separated."""
+    return [name.strip() for name in spec.split(',')]
+
+
+def reward_weights_of(spec, weights):
+    """--reward_weights as floats, one a reward (all 1 when not given), or a one-line error."""
+    n = len(reward_names(spec))
+    if not weights:
+        return [1.0] * n
+    try:
+        out = [float(w) for w in str(weights).split(',')]
+    except ValueError:
+        out = []
+    if len(out) != n or not all(math.isfinite(w) for w in out):
+        raise UserError(f"--reward_weights={weights}: {n} finite numbers, comma-separated, one for each of "
+                        f"--reward={spec}")
+    return out
+
+
+def combined_reward(spec, weights, reward_form='p_natural'):
+    """The reward a --reward spec plays: one reward as it is (its per-position scores kept), or several summed with
+    their weights (TRL's reward_funcs with reward_weights), whole completions only. Returns the function and the
+    names; the function returns (rewards, per_position, each reward's own scores by name)."""
+    names = reward_names(spec)
+    fns, w = [reward_function(name, reward_form) for name in names], reward_weights_of(spec, weights)
+    if len(set(names)) != len(names):
+        raise UserError(f"--reward={spec} names a reward twice: give it once, with its weight in --reward_weights")
+
+    def reward(r):
+        parts = [fn(r) for fn in fns]
+        if len(parts) == 1:  # its per-position scores too (a token judge's, the teacher's), times its weight
+            (rewards, per_position), = parts
+            return w[0] * rewards, None if per_position is None else w[0] * per_position, {names[0]: rewards}
+        total = sum(wi * p[0].float() for wi, p in zip(w, parts))
+        return total, None, {name: p[0] for name, p in zip(names, parts)}
+    return reward, names
 
 
 def reward_function(name, reward_form='p_natural'):

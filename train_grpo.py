@@ -58,7 +58,7 @@ from model import (SAMPLERS, GPT, evaluate_perplexity, load_checkpoint, save_che
                    start_problem)
 from policy import (completion_mask, generated_positions, prompts_and_splits, sample_prompts, sample_windows,
                     token_logprobs, warmup_lr)
-from rewards import NEEDS_TEACHER, kl_regularised, reward_function
+from rewards import NEEDS_TEACHER, combined_reward, kl_regularised, reward_names
 from runtime import (all_reduce_mean, broadcast_stop, gather_lists, global_std, global_sum, load_resume_state,
                      resume_file, rng_states, run_signature, save_resume_state, set_rng_states, setup_runtime)
 from tokenization_manager import TokenizationInfo, TokenizationManager
@@ -83,7 +83,10 @@ judge = 'model'
 # log-ratios); 'teacher_ratio', its exact sequence log-ratio to the reference, one scalar a completion as a judge
 # gives it; 'known_words', the share of the completion's words found in the train split (exact, and hackable); or
 # 'module:function', a user's own (TRL's reward_funcs shape: function(prompts, completions, **kwargs) -> floats)
+# Several, comma-separated, are summed with reward_weights (TRL's reward_funcs and reward_weights), each one's mean
+# logged. A reward that reads no judge needs none: with no reward_model_path the judge's instruments are off
 reward = 'judge'
+reward_weights = ''  # one weight a reward, comma-separated ('': each 1)
 teacher_path = ''
 # reward='teacher' with token_advantages: MiniLLM's single-step decomposition. > 0: each completion position's own
 # term, the KL between the policy's and the teacher's next-token laws (teacher_kl: which way round), is minimised
@@ -337,12 +340,13 @@ def plot_history(history, path, referee_start=None):
         axes[1].plot(steps, [h['kl'] for h in history], label='KL to reference')
     axes[1].plot(steps, [h['clip_ratio'] for h in history], label='clip ratio')
     axes[1].set(xlabel='step', title='KL and clipping')
-    r2 = np.array([h['judge_r2'] for h in history])
+    r2 = np.array([h['judge_r2'] for h in history], dtype=float)  # nan: no judge
     smooth = np.convolve(r2, np.ones(min(10, len(r2))) / min(10, len(r2)), mode='valid')
     axes[2].plot(steps, r2, alpha=0.3, label="judge R² on each step's rollouts")
     axes[2].plot(steps[len(steps) - len(smooth):], smooth, label='moving average (10 steps)')
     if 'judge_sight' in history[0]:
-        axes[2].plot(steps, [h['judge_sight'] for h in history], label='judge sight (AUC, natural vs rollouts)')
+        axes[2].plot(steps, np.array([h['judge_sight'] for h in history], dtype=float),
+                     label='judge sight (AUC, natural vs rollouts)')
     axes[2].set(xlabel='step', title='the judge on samples it has not seen')
     if referee:
         axes[3].plot(steps, [h['judge_sight'] for h in history], alpha=0.4, label="judge sight on each step's rollouts")
@@ -365,9 +369,9 @@ def load_models(C, rt):
         raise UserError(problem)
     policy = GPT.from_checkpoint(policy_ckpt, device=rt.device)
     reference = None
-    if C.beta > 0 or C.max_kl > 0 or C.kl_in_reward or C.objective != 'grpo' or C.reward == 'teacher_ratio':
+    if C.beta > 0 or C.max_kl > 0 or C.kl_in_reward or C.objective != 'grpo' or plays(C, 'teacher_ratio'):
         reference = copy.deepcopy(policy).requires_grad_(False).eval()
-    if C.judge == 'ngram':
+    if C.judge == 'ngram' or not C.reward_model_path:  # the n-gram judge, or no judge: a reward that reads none
         return policy_ckpt, None, policy, None, reference
     rm_ckpt = load_checkpoint(C.reward_model_path)
     if rm_ckpt['model_args'].get('mode') != 'reward':
@@ -411,12 +415,19 @@ def load_teacher(C, policy_ckpt, rt):
     return teacher
 
 
+def plays(C, name):
+    """Whether the reward named is one of those --reward plays."""
+    return name in reward_names(C.reward)
+
+
 def check_config(C):
     if C.judge not in ('model', 'ngram'):
         raise UserError(f"judge must be 'model' (the reward model at reward_model_path) or 'ngram', got {C.judge!r}")
-    for name in ('policy_path',) + (('reward_model_path',) if C.judge == 'model' else ()):
-        if not getattr(C, name):
-            raise UserError(f"pass --{name}=PATH")
+    if not C.policy_path:
+        raise UserError("pass --policy_path=PATH")
+    if C.judge == 'model' and not C.reward_model_path and (plays(C, 'judge') or C.objective == 'judge_teacher'):
+        raise UserError(f"--reward={C.reward} reads the judge: pass --reward_model_path=PATH (a reward that reads "
+                        "none, e.g. known_words or your module:function, needs no judge)")
     if C.judge == 'ngram' and C.reward_model_path and (not C.reward_model_path.endswith('.json') or
                                                        C.judge_update_interval or C.judge_warmup_steps):
         raise UserError("--judge=ngram with --reward_model_path plays a saved n-gram judge (a .json file "
@@ -429,11 +440,11 @@ def check_config(C):
                         "--judge_warmup_steps=W >= 1, and no judge_unfreeze_layers, judge_loss or token_advantages "
                         "(it has no layers, and scores whole completions); or --reward_model_path=JUDGE.json to "
                         "play a saved one frozen")
-    reward_function(C.reward, C.reward_form)  # a name it knows, or a user's module:function that loads
-    if (C.reward in NEEDS_TEACHER) != bool(C.teacher_path):
-        raise UserError(f"--reward={C.reward if C.reward in NEEDS_TEACHER else 'teacher'} needs "
+    combined_reward(C.reward, C.reward_weights, C.reward_form)  # names it knows, or a user's function that loads
+    if any(plays(C, name) for name in NEEDS_TEACHER) != bool(C.teacher_path):
+        raise UserError(f"--reward={C.reward if any(plays(C, n) for n in NEEDS_TEACHER) else 'teacher'} needs "
                         f"--teacher_path=GENERATOR.pt, and teacher_path goes with teacher or teacher_ratio alone")
-    if C.reward != 'judge' and C.judge_update_interval:
+    if not plays(C, 'judge') and C.judge_update_interval:
         raise UserError(f"--reward={C.reward} does not read the judge: it stays frozen (drop judge_update_interval)")
     if C.teacher_kl not in ('reverse', 'forward'):
         raise UserError(f"teacher_kl must be 'reverse' or 'forward', got {C.teacher_kl!r}")
@@ -443,7 +454,7 @@ def check_config(C):
     if not C.teacher_sampled and not C.teacher_kl_weight:
         raise UserError("--teacher_sampled=False leaves the exact term alone: pass --teacher_kl_weight > 0 with it")
     if C.reward_form not in ('p_natural', 'log_odds') or (C.reward_form == 'log_odds' and (
-            C.reward != 'judge' or C.token_advantages)):
+            C.reward != 'judge' or C.token_advantages)):  # the judge's alone: a weighted sum has no log-odds
         raise UserError("reward_form must be p_natural or log_odds; log_odds reads the judge's whole-completion "
                         "score: --reward=judge, no token_advantages")
     if C.kl_in_reward and C.beta:
@@ -472,8 +483,9 @@ def check_config(C):
     if C.law_positions and C.objective != 'judge_teacher':
         raise UserError("--law_positions picks the positions judge_teacher's law is read at: pass it with "
                         "--objective=judge_teacher")
-    if C.token_advantages and C.reward == 'known_words':
-        raise UserError("--reward=known_words scores whole completions: drop --token_advantages")
+    if C.token_advantages and (len(reward_names(C.reward)) > 1 or plays(C, 'known_words') or ':' in C.reward):
+        raise UserError(f"--reward={C.reward} scores whole completions: drop --token_advantages (per-token credit "
+                        "is a token judge's or the teacher's, played alone)")
     if C.scale_rewards not in ('group', 'batch', 'none') or C.loss_type not in ('grpo', 'dr_grpo', 'dapo'):
         raise UserError("scale_rewards must be group|batch|none and loss_type grpo|dr_grpo|dapo")
     if C.sampler not in SAMPLERS:
@@ -516,8 +528,8 @@ def setup(C, rt):
     run = SimpleNamespace(C=C, rt=rt, policy=policy, reward_model=reward_model, reference=reference,
                           policy_ckpt=policy_ckpt, rm_ckpt=rm_ckpt, N=policy.config.block_size)
     run.max_steps = arm_steps(C.arm_log) if C.arm_log else C.max_steps
-    run.teacher = load_teacher(C, policy_ckpt, rt) if C.reward in NEEDS_TEACHER else None
-    run.reward_fn = reward_function(C.reward, C.reward_form)
+    run.teacher = load_teacher(C, policy_ckpt, rt) if any(plays(C, n) for n in NEEDS_TEACHER) else None
+    run.reward_fn, run.reward_names = combined_reward(C.reward, C.reward_weights, C.reward_form)
     if C.objective == 'judge_teacher' and C.reward == 'judge' and reward_model.config.reward_pooling != 'token':
         raise UserError(f"--objective=judge_teacher needs a judge that reads every prefix; {C.reward_model_path} "
                         f"pools by '{reward_model.config.reward_pooling}': train one with --reward_pooling=token")
@@ -530,7 +542,8 @@ def setup(C, rt):
     # the judge keeps the loss it was trained with, unless judge_loss names another
     run.ngram = (saved_ngram_judge(C, policy_ckpt) if C.reward_model_path else NgramJudge()) \
         if C.judge == 'ngram' else None
-    run.judge_loss_kind = 'binary' if run.ngram else C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
+    run.judge_loss_kind = 'binary' if run.ngram else None if rm_ckpt is None else \
+        C.judge_loss or rm_ckpt.get('config', {}).get('loss', 'mse')
     if run.judge_loss_kind == 'binary' and C.judge_update_interval and not C.judge_natural_windows and not run.ngram:
         given = '--judge_loss=binary' if C.judge_loss else f"{C.reward_model_path} was trained with loss=binary"
         raise UserError(f"{given}: online, a binary judge learns natural windows against the rollouts: pass "
@@ -548,7 +561,7 @@ def setup(C, rt):
         run.judge_gen = torch.Generator().manual_seed(C.seed * 1000 + 7 + rt.rank)
     run.judge_rng = np.random.default_rng([C.seed, rt.rank, 7])  # its natural windows: the prompts' draw stays put
     # the whole judge's raw output (per position for a token judge), or its head on cached features
-    if not run.ngram:
+    if reward_model is not None:
         run.judge_fn = (lambda x: reward_model(x, per_token=True)[0]) if run.judge_trunk else reward_model.reward_head
         run.head_params = sum(p.numel() for p in reward_model.reward_head.parameters())
     run.hi, run.train, run.val, run.held_out = prompts_and_splits(C, run.N, policy_ckpt)
@@ -556,7 +569,7 @@ def setup(C, rt):
         raise UserError(f"--law_positions={C.law_positions} is more than the shortest completion's "
                         f"{run.N - run.hi} positions: pass at most that")
     run.tokenizer = TokenizationManager.from_info(policy_ckpt['tokenization'])
-    run.known_words = words_known_in(run.train, run.tokenizer) if C.reward == 'known_words' else None
+    run.known_words = words_known_in(run.train, run.tokenizer) if plays(C, 'known_words') else None
     # the natural side of the judge's sight: as many val windows as a step has rollouts, drawn once by their own
     # generator, each read over the positions its row's rollout completes
     rows = C.prompts_per_step // rt.world_size * C.num_generations
@@ -589,7 +602,7 @@ def setup(C, rt):
 def judge_flops_per_token(run):
     """The judge's forward FLOPs per token: 0 for the n-gram judge, which is not a network (its wall time is in
     the log's time_scoring and time_update)."""
-    return 0 if run.ngram else run.reward_model.flops_per_token()
+    return 0 if run.ngram or run.reward_model is None else run.reward_model.flops_per_token()
 
 
 def step_flops(run):
@@ -600,9 +613,10 @@ def step_flops(run):
     a position), and num_iterations forward+backward passes of the policy, over every rank's rows."""
     C, N, policy = run.C, run.N, run.policy
     rows = C.prompts_per_step * C.num_generations
-    flops = rows * N * (policy.flops_per_token() + (judge_flops_per_token(run) if C.reward == 'judge' else 0)
+    judge_plays = plays(C, 'judge')
+    flops = rows * N * (policy.flops_per_token() + (judge_flops_per_token(run) if judge_plays else 0)
                         + (run.reference.flops_per_token() if run.reference is not None else 0)
-                        + policy.flops_per_token() * ((C.reward == 'teacher') + C.kl_in_reward
+                        + policy.flops_per_token() * (plays(C, 'teacher') + C.kl_in_reward
                                                      + (C.objective in ('dpg', 'resample_mle'))
                                                      + (C.proposal == 'gated'))
                         + C.num_iterations * policy.flops_per_token(backward=True))
@@ -611,10 +625,10 @@ def step_flops(run):
         V = policy.config.tokens
         candidates = C.law_positions * V + N if C.law_positions else N * V
         flops += rows * (N * policy.flops_per_token()
-                         + (candidates * judge_flops_per_token(run) if C.reward == 'judge' else 0))
+                         + (candidates * judge_flops_per_token(run) if judge_plays else 0))
     if C.nll_weight:  # the natural continuations' forward and backward
         flops += C.prompts_per_step * N * C.num_iterations * policy.flops_per_token(backward=True)
-    if run.judge_loss_kind == 'pairwise' and C.reward == 'judge':  # the natural windows' scoring
+    if run.judge_loss_kind == 'pairwise' and judge_plays:  # the natural windows' scoring
         flops += C.prompts_per_step * N * judge_flops_per_token(run)
     return flops
 
@@ -694,7 +708,8 @@ def score(run, batch, reference=True):
     rollout is a crossover sample with K = its prompt length. Also the reference's log-probs (unless
     reference=False), the log-weights of the tilt's objectives and the next-token law the exact term distils."""
     C, rt = run.C, run.rt
-    s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch)
+    s = ngram_scores(run, batch) if run.ngram else model_scores(run, batch) if run.reward_model is not None else \
+        SimpleNamespace(feats=None, judged=None, p_natural=None, probs=None, real_feats=None, pair_acc=None, sight=None)
     s.target_logp, s.law_mask, s.log_rho = None, batch.mask, None
     if C.teacher_kl_weight:  # the teacher's every next-token log-prob, for the exact term (and its reward)
         with torch.no_grad(), rt.ctx:
@@ -703,18 +718,19 @@ def score(run, batch, reference=True):
     if reference and run.reference is not None:  # before the reward: teacher_ratio reads them too
         with torch.no_grad(), rt.ctx:
             s.ref_logps = token_logprobs(run.reference, batch.seqs, C.temperature)[0]
-    rewards, per_position = run.reward_fn(reward_inputs(run, batch, s))
+    rewards, per_position, s.parts = run.reward_fn(reward_inputs(run, batch, s))
     s.rewards = C.reward_scale * rewards  # the positive controls replace the judge's signal; its figures stay
     if per_position is not None:
         s.judged = C.reward_scale * per_position
     if C.reward_shuffle:  # the control: the same values, each on another rollout's text of its own group
         s.rewards = shuffled_within_groups(s.rewards, C.num_generations, run.shuffle_rng)
     if C.judge_off:  # the ablation: the judge still scores (and is logged), but its signal never reaches the loss
-        s.rewards, s.judged = torch.full_like(s.rewards, 0.5), torch.full_like(s.judged, 0.5)
+        s.rewards = torch.full_like(s.rewards, 0.5)
+        s.judged = None if s.judged is None else torch.full_like(s.judged, 0.5)
         s.target_logp = None
     s.natural_share = batch.lengths_t.float() / run.N
-    s.fresh = reward_metrics(s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N,
-                             float(s.natural_share.mean()))
+    s.fresh = dict(r2=None, boundary_error=None) if s.p_natural is None else reward_metrics(
+        s.p_natural.cpu().numpy(), s.natural_share.cpu().numpy(), run.N, float(s.natural_share.mean()))
     if reference and (C.kl_in_reward or C.objective in ('dpg', 'resample_mle')):
         with torch.no_grad(), rt.ctx:
             logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
@@ -1010,7 +1026,7 @@ def update_ngram_judge(run, s, step, last_warmup=False):
 def log_row(run, step, lr, batch, s, u, times):
     """The step's row of the JSONL log (every rank's figures averaged), kept in the history and sent to the
     trackers."""
-    rt, mean = run.rt, (lambda v: all_reduce_mean(v, run.rt))
+    rt, mean = run.rt, (lambda v: None if v is None else all_reduce_mean(v, run.rt))
     row = dict(step=step, reward=mean(s.rewards.mean().item()), reward_std=mean(s.rewards.std().item()),
                reward_group_std=mean(s.group_std), frac_reward_zero_std=mean(s.zero_std / run.n_prompts),
                reward_within_group_share=mean(within_group_share(s.rewards, run.C.num_generations)),
@@ -1024,6 +1040,8 @@ def log_row(run, step, lr, batch, s, u, times):
                judge_pair_accuracy=mean(s.pair_acc) if run.judge_loss_kind == 'pairwise' else None,
                judge_sight=mean(s.sight), ess=None if s.ess is None else mean(s.ess),
                proposal_gap=s.proposal_gap, proposal_updates=run.proposal_updates)
+    if len(s.parts) > 1:  # each reward's own mean, before its weight (TRL logs rewards/<name>/mean)
+        row.update({f'reward_{name}': mean(v.float().mean().item()) for name, v in s.parts.items()})
     run.history.append(row)
     run.reward_ma.append(row['reward'])
     if rt.master:
@@ -1069,8 +1087,10 @@ def report(run, step, row, batch, stop):
     if C.referee_samples:
         row['referee_auc'] = referee_auc(run)
     run.tracker.log({k: row[k] for k in ('val_ppl', 'referee_auc') if k in row}, step)
-    tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), "
-               f"judge on fresh rollouts R2 {row['judge_r2']:.3f} sight {row['judge_sight']:.3f}, "
+    judge = '' if row['judge_sight'] is None else \
+        f"judge on fresh rollouts R2 {row['judge_r2']:.3f} sight {row['judge_sight']:.3f}, "
+    parts = ''.join(f"{name} {row[f'reward_{name}']:.4f}, " for name in run.reward_names if f'reward_{name}' in row)
+    tqdm.write(f"step {step + 1}: reward {row['reward']:.4f} (std {row['reward_std']:.4f}), {parts}{judge}"
                f"kl {row['kl'] if row['kl'] is None else round(row['kl'], 5)}, clip {row['clip_ratio']:.4f}, "
                f"entropy {row['entropy']:.3f}, val ppl {row['val_ppl']:.3f}"
                + (f", referee two-sample AUC {row['referee_auc']:.3f}" if 'referee_auc' in row else '')
@@ -1166,12 +1186,14 @@ def start(run, state):
         run.ppl_start = val_ppl(run) if run.rt.master else None
         run.referee_start = referee_auc(run) if C.referee_samples and run.rt.master else None
         judge_warmup(run)
+    run.log_started = False
     if run.rt.master:
-        os.makedirs(os.path.dirname(os.path.abspath(C.out_path)), exist_ok=True)
-        with open(run.log_path, 'w') as f:
-            f.writelines(json.dumps(row) + '\n' for row in run.history)
+        if state is not None:  # the steps it resumes with; a fresh run's log starts with its first step (write_log)
+            write_log(run)
         judge = ('the n-gram judge (TF-IDF logistic regression, refit every '
-                 f'{C.judge_update_interval} steps)') if run.ngram else f"reward model {C.reward_model_path}"
+                 f'{C.judge_update_interval} steps)') if run.ngram else f"reward model {C.reward_model_path}" \
+            if run.reward_model is not None else f"no judge (--reward={C.reward} reads none: sight, R2 and the " \
+            "judge's updates are off)"
         print(f"policy {C.policy_path} ({run.policy.get_num_params() / 1e6:.2f}M), {judge}; "
               f"{C.prompts_per_step} prompts x {C.num_generations} completions per step, "
               f"N={run.N}; val ppl ({run.ppl_tokens}) at start {run.ppl_start:.3f}"
@@ -1179,6 +1201,17 @@ def start(run, state):
               + ('; judge OFF: constant reward, zero advantages' if C.judge_off else '')
               + (f"; {run.max_steps} steps, as its arm ({C.arm_log})" if C.arm_log else ''))
     return first_step
+
+
+def write_log(run):
+    """The JSONL log: the whole history the first time (a fresh run's first step, or the steps a resumed one
+    continues from), then each new row; so a run that stops before its first step leaves no log behind."""
+    rows = run.history if not run.log_started else run.history[-1:]
+    if not run.log_started:
+        os.makedirs(os.path.dirname(os.path.abspath(run.C.out_path)), exist_ok=True)
+    with open(run.log_path, 'a' if run.log_started else 'w') as f:
+        f.writelines(json.dumps(row) + '\n' for row in rows)
+    run.log_started = True
 
 
 def finish(run, step, batch, s):
@@ -1201,6 +1234,7 @@ def finish(run, step, batch, s):
     first, last = [h['reward'] for h in history[:10]], [h['reward'] for h in history[-10:]]
     t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
     print(f"done: {len(history)} steps; stopped by {run.stop_reason}"
+          + ('' if run.reward_model is not None or run.ngram else "; no judge played or was measured")
           + (f"; the gated proposal took the policy's weights {run.proposal_updates} times" if run.proposal is not None
              else ''))
     print(f"mean reward: first {len(first)} steps {np.mean(first):.4f}, last {len(last)} steps {np.mean(last):.4f}; "
@@ -1247,40 +1281,39 @@ def main(argv):
         rt.close()
         return
     first_step = start(run, load_resume_state(run.state_path, run.signature) if C.resume else None)
-    bar = tqdm(total=run.max_steps, initial=first_step, desc='grpo', disable=not rt.master, dynamic_ncols=True,
-               mininterval=2.0)
-    for step in range(first_step, run.max_steps):
-        lr = warmup_lr(run.optimizer, C.learning_rate, C.warmup_steps, step)
-        t0 = time.time()
-        batch = rollouts(run)
-        t1 = time.time()
-        s = score(run, batch)
-        s.advantages, s.zero_std, s.group_std, s.ess = advantages_of(C, rt, s.rewards, s.judged, batch.generated,
-                                                                     run.resample_rng, s.log_rho)
-        t2 = time.time()
-        # the policy that made these rollouts, kept while its KL is under the cap
-        pre_update = ({k: v.detach().clone() for k, v in run.policy.state_dict().items()}
-                      if C.max_kl or C.kl_anchor == 'judge' or run.proposal is not None else None)
-        u = policy_update(run, batch, s)
-        s.proposal_gap = proposal_gate(run, s, pre_update) if run.proposal is not None else None
-        u.judge_loss = update_judge(run, batch, s, step)
-        if C.kl_anchor == 'judge' and u.judge_loss is not None and run.reference is not None:
-            run.reference.load_state_dict(pre_update)  # the KL anchored where the judge was just fit
-        row = log_row(run, step, lr, batch, s, u, (t0, t1, t2, time.time()))
-        stop = False
-        if rt.master:
-            bar.update(1)
-            bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}", refresh=False)
-            stop = should_stop(run, row, step, pre_update)
-            if (step + 1) % C.eval_interval == 0 or step + 1 == run.max_steps or stop:
-                report(run, step, row, batch, stop)
-            with open(run.log_path, 'a') as f:
-                f.write(json.dumps(row) + '\n')
-        if broadcast_stop(stop, rt):
-            break
-        if (step + 1) % C.eval_interval == 0 and step + 1 < run.max_steps:
-            save_state(run, step + 1)
-    bar.close()
+    # the bar closes on an error too, so a one-line error stands on its own line
+    with tqdm(total=run.max_steps, initial=first_step, desc='grpo', disable=not rt.master, dynamic_ncols=True,
+              mininterval=2.0) as bar:
+        for step in range(first_step, run.max_steps):
+            lr = warmup_lr(run.optimizer, C.learning_rate, C.warmup_steps, step)
+            t0 = time.time()
+            batch = rollouts(run)
+            t1 = time.time()
+            s = score(run, batch)
+            s.advantages, s.zero_std, s.group_std, s.ess = advantages_of(C, rt, s.rewards, s.judged, batch.generated,
+                                                                         run.resample_rng, s.log_rho)
+            t2 = time.time()
+            # the policy that made these rollouts, kept while its KL is under the cap
+            pre_update = ({k: v.detach().clone() for k, v in run.policy.state_dict().items()}
+                          if C.max_kl or C.kl_anchor == 'judge' or run.proposal is not None else None)
+            u = policy_update(run, batch, s)
+            s.proposal_gap = proposal_gate(run, s, pre_update) if run.proposal is not None else None
+            u.judge_loss = update_judge(run, batch, s, step)
+            if C.kl_anchor == 'judge' and u.judge_loss is not None and run.reference is not None:
+                run.reference.load_state_dict(pre_update)  # the KL anchored where the judge was just fit
+            row = log_row(run, step, lr, batch, s, u, (t0, t1, t2, time.time()))
+            stop = False
+            if rt.master:
+                bar.update(1)
+                bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row['kl'] or 0:.4f}", refresh=False)
+                stop = should_stop(run, row, step, pre_update)
+                if (step + 1) % C.eval_interval == 0 or step + 1 == run.max_steps or stop:
+                    report(run, step, row, batch, stop)
+                write_log(run)
+            if broadcast_stop(stop, rt):
+                break
+            if (step + 1) % C.eval_interval == 0 and step + 1 < run.max_steps:
+                save_state(run, step + 1)
     if rt.master:
         finish(run, step, batch, s)
     run.tracker.close()

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
-from configurator import UserError  # noqa: E402
+from configurator import UserError, parse_checked, run_cli  # noqa: E402
 from data_loader import generator_train_tokens, resolve_data_dir  # noqa: E402
 from model import (GPT, ensemble_checkpoint, evaluate_perplexity, fold_temperature, load_checkpoint,  # noqa: E402
                    save_atomic)
@@ -38,11 +38,17 @@ from shared import calibrated_temperature, effect_text, run_files  # noqa: E402
 from verdict import perplexity_effect  # noqa: E402
 
 
+RANGES = dict(temperature='>= 0')
+
+
 def calibrated(run, parser, device, temperature):
     """The run's base checkpoint at its tail-calibrated temperature (or at `temperature`), the model at T = 1, T, the
     tail's perplexity at T and at 1, and the run's config path and config."""
     base_path, config_path, cfg = run_files(run, parser)
     ckpt = load_checkpoint(base_path)
+    if 'ensemble_args' in ckpt:  # one temperature fit to the mean law is not each member's: fold_temperature's
+        parser.error(f"{run} holds an ensemble: calibrate its members' runs instead (--run R1,R2 writes the ensemble "
+                     "of their calibrated bases)")
     base = GPT.from_checkpoint(ckpt, device=device)
     try:
         T, tail_ppl, tail_ppl_1 = calibrated_temperature(base, ckpt, cfg['dataset'], device)
@@ -60,7 +66,7 @@ def trained_on(ckpt, dataset):
                                             ckpt))
 
 
-def main():
+def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--run', required=True, help="a run_cycles.py folder with base_model_v1.pt and config.json; "
                    "comma-separated: the ensemble of their calibrated bases")
@@ -68,7 +74,7 @@ def main():
     p.add_argument('--temperature', type=float, default=0,
                    help="fold this temperature instead of the tail's (0: the tail-calibrated temperature; one run)")
     p.add_argument('--device', default='auto', help="where the tail is read, in fp32 (auto: cuda when available)")
-    a = p.parse_args()
+    a = parse_checked(p, argv, RANGES)
     runs = a.run.split(',')
     if os.path.exists(os.path.join(a.out_dir, 'base_model_v1.pt')):
         p.error(f"{a.out_dir} already holds a base: name another --out_dir, or remove it")
@@ -101,4 +107,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    run_cli(main)

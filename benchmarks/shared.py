@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import torch
 
+from configurator import UserError
 from evaluate import (base_calibrated_temperature, calibrated_temperature,  # noqa: F401 (the benches' names)
                       checkpoint_calibrated_temperature)
 from model import GPT, GPTConfig, load_checkpoint
@@ -80,6 +81,10 @@ def ensemble_mle_control(cfg, base, flops, out, seed, device):
     from model import ensemble_checkpoint, ensemble_members, fold_temperature, save_atomic
     if not os.path.exists(out):
         members = ensemble_members(load_checkpoint(base))
+        if any(m['model_args'] != members[0]['model_args'] for m in members):
+            raise UserError(f"{base}: its members differ in shape or dropout, and the MLE control trains each with "
+                            "the first run's recipe: read a mixed ensemble against the MLE controls of its members' "
+                            "own runs instead")
         controls = []
         for i, member in enumerate(members):
             start, path = f'{out}.member{i}_start.pt', f'{out}.member{i}.pt'

@@ -521,7 +521,8 @@ def test_no_sampler_draws_a_padded_id_and_the_law_is_over_the_tokenizers_ids(tmp
         out = m.generate(idx, 12, generator=torch.Generator().manual_seed(0), sampler=sampler)
         assert int(out.max()) < 40, sampler
     pair = GPT.from_checkpoint(ensemble_checkpoint([load_checkpoint(path)] * 2))
-    assert isinstance(pair, Ensemble) and int(pair.generate(idx, 12, generator=torch.Generator().manual_seed(0)).max()) < 40
+    assert isinstance(pair, Ensemble)
+    assert int(pair.generate(idx, 12, generator=torch.Generator().manual_seed(0)).max()) < 40
     logits = m(torch.zeros(1, 5, dtype=torch.long), all_logits=True)[0]
     assert logits.shape[-1] == 40
     torch.testing.assert_close(torch.softmax(logits, -1).sum(-1), torch.ones(1, 5))

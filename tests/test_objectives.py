@@ -71,11 +71,63 @@ def test_a_users_reward_plugs_in_as_a_function_of_texts(tmp_path, judge_case, ch
                         completions=['aeb', 'zz'])
     rewards, per_position = user_reward(f"{tmp_path / 'my_rewards.py'}:vowels")(r)
     assert rewards.tolist() == [2.0, 0.0] and per_position is None
-    with pytest.raises(UserError, match='one finite float per completion'):
+    with pytest.raises(UserError, match='returned 1 scores for 2 completions'):
         user_reward(f"{tmp_path / 'my_rewards.py'}:short")(r)
     m = positive_control_run(judge_case, 'user.pt', char_ckpt, f"--reward={tmp_path / 'my_rewards.py'}:vowels",
                              '--max_steps=2')
     assert all(h['reward'] >= 0 and h['reward'] == int(h['reward'] * 32) / 32 for h in m['history'])
+
+
+USER_REWARDS = """\
+def vowel_share(prompts, completions, **kw):
+    return [sum(c in 'aeiou' for c in text) / max(len(text), 1) for text in completions]
+def broken(prompts, completions, **kw):
+    return [1 / 0 for text in completions]
+def short(prompts, completions, **kw):
+    return [0.0]
+def nan_third(prompts, completions, **kw):
+    return [0.0, 0.0, float('nan')] + [0.0] * (len(completions) - 3)
+"""
+
+
+def test_a_reward_that_reads_no_judge_runs_without_one_and_several_are_weighted(tmp_path, char_ckpt):
+    """TRL's GRPOTrainer(model, reward_funcs=[fn]) needs no judge: nor does --reward=file.py:fn here (the judge's
+    instruments off, said once); several rewards are summed with --reward_weights, each one's mean logged."""
+    import json
+    (tmp_path / 'myreward.py').write_text(USER_REWARDS)
+    common = [f'--policy_path={char_ckpt}', '--device=cpu', '--max_steps=2', '--prompts_per_step=4',
+              '--num_generations=4', '--eval_interval=1']
+    vowel = f"{tmp_path / 'myreward.py'}:vowel_share"
+    r = run_script('train_grpo.py', *common, f'--reward={vowel}', f"--out_path={tmp_path / 'vowel.pt'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count('no judge') == 2 and 'sight' not in r.stdout.split('no judge')[1].split('\n')[1]
+    rows = [json.loads(line) for line in (tmp_path / 'vowel_log.jsonl').read_text().splitlines()]
+    assert len(rows) == 2 and all(0 <= row['reward'] <= 1 and row['judge_sight'] is None for row in rows)
+    r = run_script('train_grpo.py', *common, f'--reward=known_words,{vowel}', '--reward_weights=0.5,2',
+                   f"--out_path={tmp_path / 'both.pt'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    for row in (json.loads(line) for line in (tmp_path / 'both_log.jsonl').read_text().splitlines()):
+        parts = row['reward_known_words'], row[f'reward_{vowel}']
+        assert 0 < parts[1] < 1 and row['reward'] == pytest.approx(0.5 * parts[0] + 2 * parts[1], abs=1e-6)
+    assert 'known_words 0.' in r.stdout and f'{vowel} 0.' in r.stdout
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--reward=DIR:broken'], 'myreward.py:broken raised ZeroDivisionError: division by zero ('),
+    (['--reward=DIR:short'], 'myreward.py:short returned 1 scores for 16 completions'),
+    (['--reward=DIR:nan_third'], 'myreward.py:nan_third returned nan for completion 2 ('),
+    (['--reward=known_words,DIR:vowel_share', '--reward_weights=1'], '2 finite numbers, comma-separated'),
+    (['--reward=known_words,known_words'], 'names a reward twice'),
+    (['--reward=judge'], 'pass --reward_model_path=PATH')])
+def test_a_broken_reward_is_one_line_before_any_update_and_leaves_nothing(tmp_path, char_ckpt, args, message):
+    (tmp_path / 'myreward.py').write_text(USER_REWARDS)
+    args = [a.replace('DIR', str(tmp_path / 'myreward.py')) for a in args]
+    r = run_script('train_grpo.py', f'--policy_path={char_ckpt}', '--device=cpu', '--max_steps=2',
+                   '--prompts_per_step=4', '--num_generations=4', f"--out_path={tmp_path / 'out' / 'p.pt'}", *args)
+    assert r.returncode == 2 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
+    if args[0].endswith(':broken'):  # the user's file and the line that raised
+        assert f"{tmp_path / 'myreward.py'}, line 4)" in r.stderr
+    assert not (tmp_path / 'out').exists() and r.stderr.strip().splitlines()[-1].startswith('error:')
 
 
 def test_the_tilts_advantages_weigh_each_group_by_its_own_weights():

@@ -79,7 +79,7 @@ def tail_base(tmp_path_factory, char_data):
     return run
 
 
-def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tail_base, char_data):
+def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tail_base, char_data, capsys):
     """shared.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (a
     golden-section search in 1/T, where the cross-entropy is convex). Known answer: the final LayerNorm's weight and
     bias times s multiply every logit by s, so the calibrated temperature is s times the model's own; a base that
@@ -99,6 +99,12 @@ def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_l
         model.transformer.ln_f.weight.mul_(1.7)
         model.transformer.ln_f.bias.mul_(1.7)
     assert calibrated_temperature(model, ckpt, char_data, 'cpu')[0] == pytest.approx(1.7 * T, rel=2e-3)
+    assert 'bound' not in capsys.readouterr().err
+    with torch.no_grad():  # logits 20x the fit's: its best lies past the search's bracket, [0.5, 3], and it says so
+        model.transformer.ln_f.weight.mul_(20 / 1.7)
+        model.transformer.ln_f.bias.mul_(20 / 1.7)
+    assert calibrated_temperature(model, ckpt, char_data, 'cpu')[0] == pytest.approx(3.0, rel=1e-3)
+    assert "lies at the search's bound, T = 3" in capsys.readouterr().err
     ckpt['held_out'] = dict(tokens=0, of=len(train))
     with pytest.raises(UserError, match='no selection tail'):
         calibrated_temperature(model, ckpt, char_data, 'cpu')
@@ -171,6 +177,11 @@ def test_the_ensemble_of_calibrated_bases_is_written_sampled_and_never_trained(t
     T = float(r.stdout.split('folded at T = ')[1].split()[0])
     assert evaluate_perplexity(ensemble, val)[1] == pytest.approx(
         evaluate_perplexity(GPT.from_checkpoint(str(tail_base / 'base_model_v1.pt')), val, temperature=T)[1], rel=1e-4)
+    for args, message in (([f'--run={out}'], 'holds an ensemble: calibrate its members'),  # one T is not each's
+                          ([f'--run={tail_base}', '--temperature=nan'], 'not a finite number')):
+        r = run_script(script, *args, '--out_dir', str(tmp_path / 'refused'), '--device', 'cpu')
+        assert r.returncode == 2 and message in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
+        assert not (tmp_path / 'refused').exists()
     other = tmp_path / 'other_tail'
     shutil.copytree(tail_base, other)
     ckpt = load_checkpoint(str(other / 'base_model_v1.pt'))
@@ -301,6 +312,14 @@ def test_the_ensemble_bench_reads_an_ensemble_against_the_calibrated_base(tail_b
                    '--device', 'cpu')
     assert r.returncode == 0, r.stderr[-2000:]
     assert '**over 2 draws**' in r.stdout and "2 bases' training" in r.stdout and '(2 forward passes)' in r.stdout
+    # its MLE control would train the wider member with the first run's recipe: refused in one line
+    from configurator import UserError
+    from model import ensemble_checkpoint, load_checkpoint
+    from shared import ensemble_mle_control
+    mixed = tmp_path / 'mixed.pt'
+    torch.save(ensemble_checkpoint([load_checkpoint(str(d / 'base_model_v1.pt')) for d in (tail_base, other)]), mixed)
+    with pytest.raises(UserError, match="members differ in shape or dropout"):
+        ensemble_mle_control({}, str(mixed), 1e9, str(tmp_path / 'mixed_mle.pt'), 1, 'cpu')
     for row in (line.split(' | ') for line in r.stdout.splitlines() if line.startswith(('| 1 |', '| 2 |'))):
         first, wide, pair = (float(v) for v in row[1].split(' / '))
         assert (first > wide) == (row[2].split('%')[0].split()[-1][0] == '+') and len(row) == 4

@@ -113,6 +113,10 @@ def test_the_reported_examples(tmp_path):
                         ('train.py', '--batch_size=0'), ('train.py', '--max_iters=-1'),
                         ('train_reward_model.py', '--batch_size=0'), ('train_grpo.py', '--max_steps=-2')]:
         run_refused(script, [arg], tmp_path, [arg[2:].split('=')[0]])
+    # a range with a lower bound alone does not hold infinity: every number is finite
+    for script, arg in [('train.py', ['--learning_rate=1e999']), ('run_cycles.py', ['--grpo_beta=1e999']),
+                        ('evaluate.py', ['--temperatures', '1,inf']), ('evaluate.py', ['--tilt_scale', 'inf'])]:
+        assert 'not a finite number' in run_refused(script, arg, tmp_path, [arg[0][2:].split('=')[0]])
 
 
 def test_parse_range_forms():
