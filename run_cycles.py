@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from configurator import UserError, config_defaults, configure, run_cli
 from data_loader import data_path, file_sha256
 from early_stopping import EarlyStopping
@@ -197,7 +199,10 @@ RANGES = dict(num_cycles='>= 0', seed='>= 0', sample_temperature='> 0', sample_t
               control_temperatures='each > 0', patience='>= 0', min_delta='>= 0')
 RELATIONS = (('base_min_lr <= base_learning_rate', "base v1's cosine decays from base_learning_rate down to "
               "base_min_lr"),
-             ('n_embd % n_head == 0', "each head takes an equal share of the embedding"))
+             ('n_embd % n_head == 0', "each head takes an equal share of the embedding"),
+             ('reward_crossover_k < block_size', "a crossover keeps k natural tokens of a block and writes the rest"),
+             ('reward_unfreeze_layers <= n_layer and grpo_judge_unfreeze_layers <= n_layer',
+              "a judge unfreezes at most its n_layer blocks (-1: all of it)"))
 DEFAULTS = {**config_defaults(globals()), **TRACKING_DEFAULTS}  # each trainer stage logs to one group (tracking.py)
 
 
@@ -451,14 +456,15 @@ def evaluate_cmd(C, ckpts, data_dir, referee, out_path, temperatures, extra=()):
 SIGHT_ONLY = ['--no_ppl', '--no_mauve', '--judge_seeds', '0', '--c2st_folds', '0']
 
 
-def prepared_data(C, logs):
-    """The dataset folder (absolute), prepared by its own prepare.py when missing, and its files."""
+def prepared_data(C):
+    """The dataset folder (absolute), prepared by its own prepare.py when missing (its log beside the data: the run
+    folder is made only once the corpus is checked), and its files."""
     data_dir = data_path(C.dataset)
     if not os.path.isfile(os.path.join(data_dir, 'val.bin')):
         prepare = os.path.join(data_dir, 'prepare.py')
         if not os.path.isfile(prepare):
             raise UserError(f"{data_dir} has no train.bin/val.bin and no prepare.py: pass --dataset with prepared data")
-        run([prepare], os.path.join(logs, 'prepare.log'))  # writes atomically itself
+        run([prepare], os.path.join(data_dir, 'prepare.log'))  # writes atomically itself
     return data_dir, [os.path.join(data_dir, f) for f in ('train.bin', 'val.bin', 'meta.pkl')
                       if os.path.exists(os.path.join(data_dir, f))]
 
@@ -471,13 +477,14 @@ def main(argv):
         raise UserError(f"judge_recipe must be one of {sorted(FRESH_JUDGE_FIGURES)}, got {C.judge_recipe!r}")
     select_args(C)  # a selection pass without held-out tokens fails here, before anything is written
     temps = sorted({float(t) for t in C.control_temperatures.split(',')})  # checked by configure
+    data_dir, data_files = prepared_data(C)
+    check_corpus(C, data_dir)  # what the stages will ask of the corpus, before base v1 starts
     os.makedirs(C.out_dir, exist_ok=True)
     out = os.path.abspath(C.out_dir)
     logs = os.path.join(out, 'logs')
     os.makedirs(logs, exist_ok=True)
     with open(os.path.join(out, 'config.json'), 'w') as f:
         json.dump(vars(C), f, indent=2)
-    data_dir, data_files = prepared_data(C, logs)
     pipe = Pipeline(out)
 
     def path(name):
@@ -612,6 +619,22 @@ def base_stages(C, train_stage, path, data_files):
 def final_lr(C):
     """base v1's learning rate at the end of its cosine: base_min_lr, or a tenth of its peak."""
     return C.base_min_lr or C.base_learning_rate / 10
+
+
+def check_corpus(C, data_dir):
+    """The corpus holds what the stages will ask of it, each as the stage would say it, before anything is written:
+    base v1's selection tail (train.py's rule) and evaluate.py's 2 x eval_num_samples disjoint val windows."""
+    n_train, n_val = (len(np.memmap(os.path.join(data_dir, f), dtype=np.uint16, mode='r'))
+                      for f in ('train.bin', 'val.bin'))
+    if C.base_select_tokens and not 2 * C.block_size < C.base_select_tokens < n_train - 2 * C.block_size:
+        raise UserError(f"--base_select_tokens={C.base_select_tokens} must leave more than two blocks ({C.block_size} "
+                        f"tokens each) both to select on and to train on in {data_dir}'s {n_train:,} train tokens: "
+                        f"pass less (or 0 to select on val)")
+    windows = n_val // C.block_size
+    if 2 * C.eval_num_samples > windows:
+        raise UserError(f"--eval_num_samples={C.eval_num_samples}: {data_dir}'s val split holds {windows} windows of "
+                        f"{C.block_size} tokens, and evaluation needs 2 x {C.eval_num_samples}: pass at most "
+                        f"{windows // 2}")
 
 
 def select_args(C):

@@ -144,7 +144,7 @@ def init_model(C, tokenizer, data_dir):
         except PretrainedUnavailable as e:
             raise UserError(str(e)) from None
         if C.block_size > model.config.block_size:
-            raise UserError(f"block_size {C.block_size} exceeds GPT-2's {model.config.block_size}")
+            raise UserError(f"--block_size={C.block_size} exceeds GPT-2's {model.config.block_size}: pass at most that")
         model.crop_block_size(C.block_size)
     else:
         ckpt_path = os.path.join(C.out_dir, 'ckpt.pt') if C.init_from == 'resume' else C.init_from
@@ -156,7 +156,8 @@ def init_model(C, tokenizer, data_dir):
                             f"but {data_dir} has {tokenizer.vocab_size}: use the matching --dataset")
         model = GPT.from_checkpoint(ckpt, dropout=C.dropout)
         if C.block_size > model.config.block_size:
-            raise UserError(f"block_size {C.block_size} exceeds the checkpoint's {model.config.block_size}")
+            raise UserError(f"--block_size={C.block_size} exceeds the checkpoint's {model.config.block_size}: pass at "
+                            "most that")
     return model, ckpt
 
 
@@ -254,7 +255,6 @@ def main(argv):
     data_dir = resolve_data_dir(C.dataset)
     tokenizer = TokenizationManager('auto', data_dir=data_dir)
     if rt.master:
-        os.makedirs(C.out_dir, exist_ok=True)
         print(f"tokens per iteration will be: {tokens_per_iter:,}; tokenization: {tokenizer.method} "
               f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
     n_train = len(np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
@@ -298,6 +298,8 @@ def main(argv):
     # the tail of train.bin that no model of this one's line trained on, which every later stage leaves unread
     # (data_loader.generator_train_tokens): this run's selection split, less what the checkpoint it starts from read
     held_out = held_out_record(ckpt, n_train, C.select_tokens)
+    if rt.master:  # every check passed: the run's folder now
+        os.makedirs(C.out_dir, exist_ok=True)
     iter_num, best_val_loss = 0, float('inf')
     if C.init_from == 'resume':
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss'] or float('inf')

@@ -93,7 +93,9 @@ def test_out_of_range_is_refused_before_anything_is_written(script, option, valu
     ('train_grpo.py', ['--min_prompt_len=9', '--max_prompt_len=4'], ['min_prompt_len', 'max_prompt_len']),
     ('train_spin.py', ['--min_prompt_len=9', '--max_prompt_len=4'], ['min_prompt_len', 'max_prompt_len']),
     ('prepare_tilt_data.py', ['--length=8'], ['length']),
-    ('evaluate.py', ['--num_samples', '3', '--c2st_folds', '5'], ['c2st_folds', 'num_samples'])])
+    ('evaluate.py', ['--num_samples', '3', '--c2st_folds', '5'], ['c2st_folds', 'num_samples']),
+    ('run_cycles.py', ['--reward_crossover_k=500', '--block_size=32'], ['reward_crossover_k', 'block_size']),
+    ('run_cycles.py', ['--reward_unfreeze_layers=9', '--n_layer=2'], ['reward_unfreeze_layers', 'n_layer'])])
 def test_broken_relation_is_refused(script, args, named, tmp_path):
     assert 'must hold' in run_refused(script, args, tmp_path, named)
 
@@ -107,12 +109,21 @@ def test_every_numeric_option_has_a_range():
             assert unranged(defaults, ranges) == [] and set(ranges) <= set(defaults), script
 
 
-def test_the_reported_examples(tmp_path):
+def test_the_reported_examples(tmp_path, char_data, char_ckpt):
     """The issue's examples: each was a traceback, a NaN loss or a checkpoint that looked like a result."""
     for script, arg in [('sample.py', '--max_new_tokens=-5'), ('sample.py', '--num_samples=0'),
                         ('train.py', '--batch_size=0'), ('train.py', '--max_iters=-1'),
                         ('train_reward_model.py', '--batch_size=0'), ('train_grpo.py', '--max_steps=-2')]:
         run_refused(script, [arg], tmp_path, [arg[2:].split('=')[0]])
+    # relations that need the corpus or a checkpoint, checked before the first write
+    for script, args, named in [
+            ('train.py', [f'--dataset={char_data}', '--block_size=32', '--select_tokens=5'], ['select_tokens']),
+            ('train.py', [f'--dataset={char_data}', '--block_size=32', '--select_tokens=40000'], ['select_tokens']),
+            ('train.py', [f'--dataset={char_data}', f'--init_from={char_ckpt}', '--block_size=64'], ['block_size']),
+            ('run_cycles.py', [f'--dataset={char_data}', '--block_size=32'], ['base_select_tokens']),
+            ('run_cycles.py', [f'--dataset={char_data}', '--block_size=32', '--base_select_tokens=2000'],
+             ['eval_num_samples'])]:
+        run_refused(script, args, tmp_path, named)
     # a range with a lower bound alone does not hold infinity: every number is finite
     for script, arg in [('train.py', ['--learning_rate=1e999']), ('run_cycles.py', ['--grpo_beta=1e999']),
                         ('evaluate.py', ['--temperatures', '1,inf']), ('evaluate.py', ['--tilt_scale', 'inf'])]:
