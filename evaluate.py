@@ -300,6 +300,15 @@ def base_calibrated_temperature(base_path, dataset, device):
     return checkpoint_calibrated_temperature(load_checkpoint(base_path), dataset, device)
 
 
+def tail_temperature(base_path, dataset, device):
+    """The tail-calibrated temperature of the generator at base_path, or None where it holds out no selection tail:
+    the one answer to 'the calibrated temperature, or none' that the cycle's and the benches' controls read."""
+    try:
+        return base_calibrated_temperature(base_path, dataset, device)[0]
+    except UserError:
+        return None
+
+
 # each number's range and the relations between them, checked (configurator.parse_checked) before anything is read
 RANGES = dict(temperatures='each > 0', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',
               judge_max_blocks='>= 1', judge_samples_per_chunk='>= 1', c2st_folds='0 or >= 2', tilt_k='>= 2',

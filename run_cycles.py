@@ -660,10 +660,9 @@ def matched_perplexity(base_path, data_dir, device, temperature):
 def calibrated_point(base_path, data_dir, device):
     """The base at its tail-calibrated temperature (evaluate.calibrated_temperature, fit on its held-out selection
     tail, never val): its temperature and matched_perplexity there; None where it holds out no tail."""
-    from evaluate import base_calibrated_temperature
-    try:
-        temperature = base_calibrated_temperature(base_path, data_dir, device)[0]
-    except UserError:
+    from evaluate import tail_temperature
+    temperature = tail_temperature(base_path, data_dir, device)
+    if temperature is None:
         return None
     return dict(temperature=temperature, **matched_perplexity(base_path, data_dir, device, temperature))
 
@@ -900,11 +899,14 @@ CONTROL_NAMES = {'mle': 'the MLE control', 'temperature': 'the matched temperatu
                  'calibrated': 'the base at its tail-calibrated temperature (perplexity only)'}
 
 
+PERPLEXITY_ONLY = ('calibrated',)  # controls with no samples of their own: read on perplexity alone
+
+
 def beats_every_control(verdicts):
     """The repository's question answered for one cycle: better than every control on the fresh judges and on the
     two-sample test, with perplexity no worse than the MLE control's nor than the tail-calibrated base's (read on
     perplexity alone) where the base has one."""
-    sampled = [v for v in verdicts.values() if v['fresh_judges'] != '–']
+    sampled = [v for k, v in verdicts.items() if k not in PERPLEXITY_ONLY]
     return (all(v['fresh_judges'] == 'better' and v['c2st'] == 'better' for v in sampled)
             and all(verdicts[k]['perplexity'] in ('better', 'equal') for k in ('mle', 'calibrated') if k in verdicts))
 

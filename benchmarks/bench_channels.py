@@ -134,11 +134,6 @@ def game_arms(A, cfg, base_path, work, tag, seed):
 
 
 @functools.cache
-def start_calibration(start, dataset, device):
-    """shared.base_calibrated_temperature of a start (the base, or an MLE start), read once a run."""
-    return base_calibrated_temperature(start, dataset, device)
-
-
 def mle_path(folder, flops, seed):
     """Where the MLE control of a seed at these FLOPs is written (and found again: a --from_mle start reuses the
     base's own MLE control of those FLOPs)."""
@@ -159,7 +154,7 @@ def seed_figures(A, cfg, base_path, work, tag, seed, device):
         A, cfg, base_path, work, tag, seed)
     flops = A.judge_flops + arm_flops  # what the MLE control is given
     paths['mle'] = mle_control(cfg, base_path, flops, mle_path(work, flops, seed), seed, keep_last=True)
-    calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
+    calibrated, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
     return dict(read_seed(A, cfg, paths, base_path, seed, device, calibrated), iters=iters, flops=flops,
                 calibrated=[calibrated, tail_ppl, tail_ppl_1], start=base_path, **tilt_figures)
 
@@ -288,7 +283,7 @@ def main():
         with open(record_path) as f:
             record = json.load(f)
     try:
-        calibrated, tail_ppl, tail_ppl_1 = start_calibration(base_path, cfg['dataset'], device)
+        calibrated, tail_ppl, tail_ppl_1 = base_calibrated_temperature(base_path, cfg['dataset'], device)
     except UserError as e:
         p.error(str(e))
     controls = ('base', 'matched', 'calibrated', 'judge_off', 'mle', 'mle_last')  # what the arm is read against

@@ -28,11 +28,10 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import evaluate  # noqa: E402
-from configurator import UserError  # noqa: E402
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
 from run_cycles import completion_cross_entropy, load_json, tilt_controls  # noqa: E402
 from runtime import resolve_device  # noqa: E402
-from shared import base_calibrated_temperature, judge_tag  # noqa: E402
+from shared import judge_tag  # noqa: E402
 from tokenization_manager import TokenizationManager  # noqa: E402
 from verdict import PPL_MARGIN, label_text, method_verdict, perplexity_effect, seed_effect, tilt_verdict  # noqa: E402
 
@@ -67,12 +66,9 @@ def base_points(run, A, cfg, seed, dataset):
 
 
 def tail_calibrated(run, device):
-    """The base's tail-calibrated temperature (shared.calibrated_temperature), or None where it holds out no tail."""
-    try:
-        return base_calibrated_temperature(os.path.join(run, 'base_model_v1.pt'),
-                                           load_json(os.path.join(run, 'config.json'))['dataset'], device)[0]
-    except UserError:
-        return None
+    """The run's base's tail-calibrated temperature, or None where it holds out no tail."""
+    return evaluate.tail_temperature(os.path.join(run, 'base_model_v1.pt'),
+                                     load_json(os.path.join(run, 'config.json'))['dataset'], device)
 
 
 def completion_controls(run, mle, temperature, dataset, device, tilt, seed, other=''):
@@ -85,11 +81,9 @@ def completion_controls(run, mle, temperature, dataset, device, tilt, seed, othe
             path, dataset, device, t, tilt['num_samples'], tilt['sample_length'], seed))
     controls = {**({'calibrated': read(os.path.join(run, 'base_model_v1.pt'), temperature)} if temperature else {}),
                 **({'mle': read(mle, tilt['temperature'])} if mle else {})}
-    if mle:
-        try:
-            controls['mle_calibrated'] = read(mle, base_calibrated_temperature(mle, dataset, device)[0])
-        except UserError:  # an MLE control that holds out no tail has no calibrated reading
-            pass
+    mle_temperature = mle and evaluate.tail_temperature(mle, dataset, device)
+    if mle_temperature:  # an MLE control that holds out no tail has no calibrated reading
+        controls['mle_calibrated'] = read(mle, mle_temperature)
     return {**controls, **({'control': read(other, 1.0)} if other else {})}
 
 

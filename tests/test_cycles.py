@@ -122,7 +122,7 @@ def cycle_run(tmp_path_factory, char_data):
     return out, cycles(out, char_data, '--num_cycles=2')
 
 
-def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
+def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run, char_data):
     out, stdout = cycle_run
     for n in (1, 2):
         for name in (f'reward_data_v{n}', f'reward_model_v{n}.pt', f'base_model_v{n + 1}.pt', f'eval_v{n + 1}.json',
@@ -171,7 +171,19 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run):
     cal = v['verdicts']['calibrated']
     assert cal['fresh_judges'] == '–' and cal['c2st_effect'] is None and \
         cal['perplexity'] in {'better', 'equal', 'worse', 'unresolved'}
-    assert 0.5 < v['calibrated']['temperature'] < 3 and v['calibrated']['val_perplexity'] > 1
+    # read against the base at the one fit's temperature (evaluate.base_calibrated_temperature), not at T = 1:
+    # its temperature, its val perplexity and the arm's effect over it, each recomputed here
+    from evaluate import base_calibrated_temperature
+    from model import GPT, evaluate_perplexity
+    T = base_calibrated_temperature(str(out / 'base_model_v1.pt'), char_data, 'cpu')[0]
+    assert v['calibrated']['temperature'] == pytest.approx(T, rel=1e-6) and abs(T - 1) > 1e-3
+    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
+    _, ppl, windows = evaluate_perplexity(GPT.from_checkpoint(str(out / 'base_model_v1.pt')), val, temperature=T,
+                                          per_window=True)
+    assert v['calibrated']['val_perplexity'] == pytest.approx(ppl, rel=1e-5)
+    again = perplexity_effect(e['val_window_cross_entropy'], windows)
+    assert cal['perplexity_effect']['effect'] == pytest.approx(again['effect'], abs=1e-5)
+    assert cal['perplexity_effect']['ci'] == pytest.approx(again['ci'], abs=1e-4) and cal['perplexity'] == again['label']
     assert f"tail-calibrated temperature {v['calibrated']['temperature']:.3f}" in report
     assert 'against the base at its tail-calibrated temperature (perplexity only)' in report
     # the MLE control kept its best val checkpoint within its allowance, and says where it stopped
@@ -307,6 +319,17 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
         'temperature'] == 1 else 'control' in over
     # the MLE control holds out the base's tail too: it is read again at its own tail-calibrated temperature
     assert 'over 2 seeds vs mle_calibrated: perplexity' in r.stdout and 'over 2 seeds vs mle: perplexity' in r.stdout
+    # calibrated again: the MLE control read at its own tail-calibrated temperature, never at the tilt's
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    import bench_tilt
+    from evaluate import tail_temperature
+    tilt = json.loads((tilted / 'tilt_judge_k4_a1_d5.json').read_text())[0]
+    controls = bench_tilt.completion_controls(str(tilted), str(tilted / 'mle_tilt_v2.pt'), None, char_data, 'cpu',
+                                              tilt, 5)
+    T = tail_temperature(str(tilted / 'mle_tilt_v2.pt'), char_data, 'cpu')
+    assert controls['mle_calibrated']['temperature'] == T and abs(T - tilt['temperature']) > 1e-3
+    assert controls['mle']['temperature'] == tilt['temperature']
     # the base holds out a selection tail: the tail-calibrated control reads on every draw and over them
     assert 'over 2 seeds vs calibrated: perplexity' in r.stdout and all(
         line.rstrip(' |').endswith(')') for line in r.stdout.splitlines() if line.startswith(('| 5 |', '| 6 |')))

@@ -312,9 +312,22 @@ def test_the_ensemble_bench_reads_an_ensemble_against_the_calibrated_base(tail_b
                    '--device', 'cpu')
     assert r.returncode == 0, r.stderr[-2000:]
     assert '**over 2 draws**' in r.stdout and "2 bases' training" in r.stdout and '(2 forward passes)' in r.stdout
+    # calibrate_base.py on two different bases: each member folded at its own tail-calibrated temperature
+    from model import ensemble_checkpoint, ensemble_members, load_checkpoint
+    from shared import base_calibrated_temperature
+    cal = run_script(os.path.join(ROOT, 'benchmarks', 'calibrate_base.py'), '--run', f'{tail_base},{other}',
+                     '--out_dir', str(tmp_path / 'pair'), '--device', 'cpu')
+    assert cal.returncode == 0, cal.stderr[-2000:]
+    own = [base_calibrated_temperature(str(d / 'base_model_v1.pt'), char_data, 'cpu')[0] for d in (tail_base, other)]
+    assert abs(own[0] - own[1]) > 1e-3  # two temperatures, so folding one into both would show
+    x = torch.from_numpy(np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)[:32].astype(np.int64))[None]
+    members = ensemble_members(load_checkpoint(str(tmp_path / 'pair' / 'base_model_v1.pt')))
+    for member, d, T in zip(members, (tail_base, other), own, strict=True):
+        base = GPT.from_checkpoint(str(d / 'base_model_v1.pt'))
+        torch.testing.assert_close(GPT.from_checkpoint(member)(x, all_logits=True)[0],
+                                   base(x, all_logits=True)[0] / T, rtol=1e-4, atol=1e-4)
     # its MLE control would train the wider member with the first run's recipe: refused in one line
     from configurator import UserError
-    from model import ensemble_checkpoint, load_checkpoint
     from shared import ensemble_mle_control
     mixed = tmp_path / 'mixed.pt'
     torch.save(ensemble_checkpoint([load_checkpoint(str(d / 'base_model_v1.pt')) for d in (tail_base, other)]), mixed)
