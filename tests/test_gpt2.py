@@ -70,3 +70,21 @@ def test_offline_without_cache_is_one_line_exit_2(tmp_path, bpe_data):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error:') and "'gpt2'" in lines[0] and 'save_pretrained' in lines[0]
     assert not os.path.exists(tmp_path / 'ckpt.pt')
+
+
+def test_the_gpt2_gpu_configs_first_two_stages_run_on_cpu_at_a_toy_size(tmp_path, hf_dir, bpe_data):
+    """config/cycles_gpt2_gpu.py as a lease runs it, at a toy size on CPU: GPT-2's vocabulary from a
+    save_pretrained directory, base v1 fine-tuned and evaluated (num_cycles=0), every sample decodable."""
+    import json
+    from conftest import ROOT
+    out = tmp_path / 'run'
+    r = run_script('run_cycles.py', os.path.join(ROOT, 'config', 'cycles_gpt2_gpu.py'), f'--out_dir={out}',
+                   f'--init_from={hf_dir[0]}', f'--dataset={bpe_data}', '--device=cpu', '--compile=False',
+                   '--num_cycles=0', '--block_size=32', '--batch_size=4', '--base_max_iters=4',
+                   '--base_eval_interval=2', '--base_select_tokens=1000', '--eval_num_samples=8', '--judge_seeds=1',
+                   '--judge_max_blocks=8', '--judge_max_iters=2')
+    assert r.returncode == 0, r.stderr[-3000:]
+    ckpt = load_checkpoint(str(out / 'base_model_v1.pt'))
+    assert ckpt['tokenization']['vocab_size'] == 50257 and GPT.from_checkpoint(ckpt).config.tokens == 50257
+    point = json.loads((out / 'eval_v1.json').read_text())[0]
+    assert point['val_perplexity'] > 1 and len(point['c2st_sample_texts']) == 8

@@ -228,3 +228,20 @@ def test_whole_window_fresh_judges_see_a_noise_generator(tmp_path, char_ckpt, ch
         assert all(0 <= run['sight_auc'] <= 1 and run['trunk'] != referee for run in e['fresh_judge_runs'])
     assert noise['fresh_judge_sight_auc'] > 0.95 and not noise['fresh_judge_blind'], noise['fresh_judge_runs']
     assert own['fresh_judge_sight_auc'] < noise['fresh_judge_sight_auc'] - 0.1 and not own['fresh_judge_blind']
+
+
+def test_evaluate_fits_its_default_samples_to_the_val_split(tmp_path, char_ckpt, char_data):
+    """docs/grpo_cycle.md's evaluate.py line gives no --num_samples: the default (1,000) is fitted to what the val
+    split holds twice over, said in one line; a number given that the split cannot hold still stops in one line."""
+    import json
+    from conftest import run_script
+    common = [char_ckpt, '--dataset', char_data, '--referee', char_ckpt, '--judge_seeds', '0', '--no_mauve',
+              '--no_ppl', '--c2st_folds', '0', '--device', 'cpu']
+    r = run_script('evaluate.py', *common, '--out', str(tmp_path / 'eval.json'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    windows = len(np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)) // 32
+    assert f"num_samples: {windows // 2}, what the val split's {windows} windows hold twice over" in r.stdout
+    assert json.load(open(tmp_path / 'eval.json'))[0]['num_samples'] == windows // 2
+    r = run_script('evaluate.py', *common, '--out', str(tmp_path / 'e2' / 'eval.json'), '--num_samples', '1000')
+    assert r.returncode == 2 and f'lower the number of samples to at most {windows // 2}' in r.stderr
+    assert not (tmp_path / 'e2').exists()
