@@ -358,15 +358,18 @@ def parse_args(argv):
 
 def fitted_num_samples(A, windows):
     """--num_samples as given (eval_windows stops on one the split cannot hold), or by default NUM_SAMPLES, fewer
-    where the val split holds under 2 x NUM_SAMPLES windows of the referee's block (said in one line)."""
+    where the val split holds under 2 x NUM_SAMPLES windows of the referee's block beside the fresh judges' val blocks
+    (judge_max_blocks, at most half the split; their data never holds an evaluation window), said in one line."""
     if A.num_samples is not None:
         return A.num_samples
-    n = min(NUM_SAMPLES, windows // 2)
+    judges = min(A.judge_max_blocks, windows // 2) if A.judge_seeds else 0
+    n = min(NUM_SAMPLES, (windows - judges) // 2)
     if n < max(2, A.c2st_folds):
         raise UserError(f"the val split holds {windows} windows of the referee's block: too few for an evaluation "
                         f"(2 x {max(2, A.c2st_folds)}); use a larger val split or a smaller block")
     if n < NUM_SAMPLES:
-        print(f"num_samples: {n}, what the val split's {windows} windows hold twice over (default {NUM_SAMPLES})")
+        print(f"num_samples: {n}, what the val split's {windows} windows hold twice over"
+              + (f" beside the fresh judges' {judges}" if judges else '') + f" (default {NUM_SAMPLES})")
     return n
 
 

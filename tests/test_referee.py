@@ -242,6 +242,12 @@ def test_evaluate_fits_its_default_samples_to_the_val_split(tmp_path, char_ckpt,
     windows = len(np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)) // 32
     assert f"num_samples: {windows // 2}, what the val split's {windows} windows hold twice over" in r.stdout
     assert json.load(open(tmp_path / 'eval.json'))[0]['num_samples'] == windows // 2
+    # with fresh judges, their val blocks are left beside the evaluation's windows, which their data never holds
+    judged = common[:5] + ['--judge_seeds', '1', '--judge_max_blocks', '20', '--judge_args=--max_iters=5'] + common[7:]
+    r = run_script('evaluate.py', *judged, '--out', str(tmp_path / 'judged.json'))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"num_samples: {(windows - 20) // 2}, what the val split's {windows} windows hold twice over beside the " \
+        "fresh judges' 20" in r.stdout
     r = run_script('evaluate.py', *common, '--out', str(tmp_path / 'e2' / 'eval.json'), '--num_samples', '1000')
     assert r.returncode == 2 and f'lower the number of samples to at most {windows // 2}' in r.stderr
     assert not (tmp_path / 'e2').exists()
