@@ -251,6 +251,14 @@ def generator_train_tokens(train, ckpt):
     return train[:len(train) - tail]
 
 
+def check_select_tokens(option, select_tokens, block_size, n_train):
+    """train.py's rule for a selection tail, wherever it is checked (train.py; run_cycles.py before base v1): more
+    than two blocks both to select on and to train on, else a one-line error naming the option."""
+    if select_tokens and not 2 * block_size < select_tokens < n_train - 2 * block_size:
+        raise UserError(f"--{option}={select_tokens} must leave more than two blocks ({block_size} tokens each) both "
+                        f"to select on and to train on in {n_train:,} train tokens; set 0 to select on val")
+
+
 def held_out_record(ckpt, n_train, select_tokens=None):
     """The held_out record of a model trained on a train split of n_train tokens, from ckpt (None: from scratch):
     the tail that no model of its line trained on. With select_tokens (train.py), it held its own last select_tokens

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from configurator import UserError, config_defaults, configure, run_cli
-from data_loader import data_path, file_sha256
+from data_loader import check_select_tokens, data_path, file_sha256
 from early_stopping import EarlyStopping
 from judge import PAIRED_LOSSES, reward_data_cmd, reward_model_cmd
 from tracking import TRACKING_DEFAULTS, tracking_args
@@ -626,10 +626,7 @@ def check_corpus(C, data_dir):
     base v1's selection tail (train.py's rule) and evaluate.py's 2 x eval_num_samples disjoint val windows."""
     n_train, n_val = (len(np.memmap(os.path.join(data_dir, f), dtype=np.uint16, mode='r'))
                       for f in ('train.bin', 'val.bin'))
-    if C.base_select_tokens and not 2 * C.block_size < C.base_select_tokens < n_train - 2 * C.block_size:
-        raise UserError(f"--base_select_tokens={C.base_select_tokens} must leave more than two blocks ({C.block_size} "
-                        f"tokens each) both to select on and to train on in {data_dir}'s {n_train:,} train tokens: "
-                        f"pass less (or 0 to select on val)")
+    check_select_tokens('base_select_tokens', C.base_select_tokens, C.block_size, n_train)
     windows = n_val // C.block_size
     if 2 * C.eval_num_samples > windows:
         raise UserError(f"--eval_num_samples={C.eval_num_samples}: {data_dir}'s val split holds {windows} windows of "

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
-from data_loader import held_out_record, resolve_data_dir
+from data_loader import check_select_tokens, held_out_record, resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
                    save_checkpoint, start_problem, update_checkpoint)
@@ -258,9 +258,7 @@ def main(argv):
         print(f"tokens per iteration will be: {tokens_per_iter:,}; tokenization: {tokenizer.method} "
               f"(vocab {tokenizer.vocab_size}); device: {rt.device}")
     n_train = len(np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r'))
-    if C.select_tokens and not 2 * C.block_size < C.select_tokens < n_train - 2 * C.block_size:
-        raise UserError(f"--select_tokens={C.select_tokens} must leave more than two blocks ({C.block_size} tokens "
-                        f"each) both to select on and to train on in {n_train:,} train tokens; set 0 to select on val")
+    check_select_tokens('select_tokens', C.select_tokens, C.block_size, n_train)
     select_split = 'select' if C.select_tokens else 'val'  # the split that early stopping and the checkpoint read
     if C.select_pass and not C.select_tokens:
         raise UserError("--select_pass=True reads the held-out train tokens: give them with --select_tokens=N")
