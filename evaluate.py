@@ -57,10 +57,11 @@ from auc import sight_auc, sight_auc_sd
 from configurator import UserError, parse_checked, run_cli
 from data_loader import generator_train_tokens, resolve_data_dir, train_words, unknown_word_rate
 from judge import reward_data_cmd, reward_model_cmd
-from model import GPT, evaluate_perplexity, load_checkpoint
+from model import GPT, evaluate_perplexity, load_checkpoint, perplexity_windows
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
-from tilt import TILT_PPL_K, TiltSource, completion_logprob, judge_log_odds, sample_tilt, tilt_cross_entropy
+from tilt import (LOGITS_BYTES, TILT_PPL_K, TiltSource, completion_logprob, judge_log_odds, sample_tilt,
+                  tilt_cross_entropy)
 from two_sample import C2ST_FOLDS, PROMPT_LEN, completion_texts, continuation_texts, eval_windows, two_sample_test
 from worth import dv_bound
 
@@ -260,33 +261,64 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
 def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, tol=1e-4):
     """The temperature at which base reads the lowest cross-entropy on its held-out selection tail (the tokens its
     checkpoint was chosen on, never val): the control that one scalar fit by maximum likelihood gives, as a base that
-    over-fits is over-confident. CE is convex in 1/T (the log-normaliser is convex in it, the rest linear), so a
-    golden-section search in 1/T finds it. Returns (T, the tail's perplexity there, and at T = 1)."""
+    over-fits is over-confident. CE is convex in beta = 1/T (the log-normaliser is convex in it, the rest linear), so
+    Newton's method in beta, kept inside the bracket its own signs narrow, finds it in a few passes of the head over
+    the trunk's states, read once. Returns (T, the tail's perplexity there, and at T = 1)."""
     train = np.memmap(os.path.join(resolve_data_dir(dataset), 'train.bin'), dtype=np.uint16, mode='r')
     tail = train[len(generator_train_tokens(train, base_ckpt)):]
     if len(tail) <= base.config.block_size:
         raise UserError("the base holds out no selection tail: a temperature fit on val would be read on val; train "
                         "it with run_cycles.py --base_select_tokens=N")
+    states, lo, hi, beta, tried = tail_states(base, tail, device), 1 / high, 1 / low, 1.0, set()
+    ce, slope, curvature = temperature_moments(base, states, beta)
+    ce_at_1 = ce
+    while True:
+        tried.add(beta)
+        if (beta == 1 / low and slope < 0) or (beta == 1 / high and slope > 0):
+            print(f"warning: the tail's best temperature lies at the search's bound, T = {1 / beta:.4g} (the fit is "
+                  f"clamped to [{low}, {high}]): the base is read there", file=sys.stderr)
+            break
+        lo, hi = (lo, beta) if slope > 0 else (beta, hi)
+        step = beta - slope / curvature if curvature > 0 else (lo if slope > 0 else hi)
+        if not lo < step < hi:  # past the bracket: its edge, tried once, or its middle
+            edge = lo if step <= lo else hi
+            step = edge if edge not in tried else (lo + hi) / 2
+        if abs(step - beta) < tol:
+            break
+        beta = step
+        ce, slope, curvature = temperature_moments(base, states, beta)
+    return 1 / beta, float(np.exp(ce)), float(np.exp(ce_at_1))
 
-    def ce(beta):
-        return evaluate_perplexity(base, tail, device=device, temperature=1 / beta)[0]
-    a, b, g = 1 / high, 1 / low, (5 ** 0.5 - 1) / 2
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = ce(c), ce(d)
-    while b - a > tol:
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = ce(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = ce(d)
-    beta = (a + b) / 2
-    if min(beta - 1 / high, 1 / low - beta) < 2 * tol:  # the search's bracket held the fit: say so, once
-        print(f"warning: the tail's best temperature lies at the search's bound, T = {1 / beta:.4g} (the fit is "
-              f"clamped to [{low}, {high}]): the base is read there", file=sys.stderr)
-    return 1 / beta, float(np.exp(ce(beta))), float(np.exp(ce(1.0)))
+
+@torch.no_grad()
+def tail_states(base, tail, device):
+    """The trunk's final states over the tail in held-out perplexity's windows (model.perplexity_windows), with their
+    targets: read once, so that each temperature the fit tries costs only the head."""
+    was_training = base.training
+    base.eval()
+    states = [(base.hidden_states(x).flatten(0, 1), y.flatten())
+              for x, y in perplexity_windows(tail, base.config.block_size, device=device)]
+    base.train(was_training)
+    return states
+
+
+@torch.no_grad()
+def temperature_moments(base, states, beta):
+    """The mean cross-entropy of the head over states at inverse temperature beta, and its first two derivatives in
+    beta: with z the logits and p = softmax(beta z), CE' = E_p[z] - z_y and CE'' = Var_p[z], never negative. The head
+    has no bias, so it reads beta h for beta z; rows a batch as keep a float32 copy of their logits under
+    tilt.LOGITS_BYTES."""
+    sums, n, rows = torch.zeros(3, dtype=torch.float64), 0, max(1, LOGITS_BYTES // (4 * base.config.tokens))
+    for h, y in states:
+        for i in range(0, len(h), rows):
+            bz, target = base.lm_head(beta * h[i:i + rows]).float(), y[i:i + rows, None]
+            p = torch.softmax(bz, dim=-1)[:, None, :]
+            mean, square = torch.bmm(p, bz[:, :, None]).flatten(), torch.bmm(p, bz.square()[:, :, None]).flatten()
+            log_p_target = bz.gather(1, target)[:, 0] - torch.logsumexp(bz, dim=-1)
+            sums += torch.stack([-log_p_target.sum(), (mean - bz.gather(1, target)[:, 0]).sum() / beta,
+                                 (square - mean ** 2).sum() / beta ** 2]).double().cpu()
+            n += len(target)
+    return tuple((sums / n).tolist())
 
 
 def checkpoint_calibrated_temperature(ckpt, dataset, device):

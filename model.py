@@ -927,6 +927,21 @@ def load_checkpoint(path, map_location='cpu'):
 # -----------------------------------------------------------------------------
 # held-out perplexity: the one place it is computed
 
+def perplexity_windows(tokens, block_size, batch_size=32, device='cpu'):
+    """The windows held-out perplexity reads a token array in: contiguous and non-overlapping, of block_size tokens
+    (the last one may be shorter), so that every token but the first is predicted once. Yields (inputs, targets),
+    (B, length) int64 tensors on device, batch_size full windows a batch."""
+    n_pred = len(tokens) - 1
+    assert n_pred >= 1, "need at least two tokens"
+    starts = list(range(0, n_pred, block_size))
+    full = [s for s in starts if s + block_size <= n_pred]
+    groups = [full[i:i + batch_size] for i in range(0, len(full), batch_size)] + [[s] for s in starts[len(full):]]
+    for group in groups:
+        length = min(block_size, n_pred - group[0])
+        yield tuple(torch.from_numpy(np.stack([tokens[s + o:s + o + length] for s in group]).astype(np.int64))
+                    .to(device) for o in (0, 1))
+
+
 @torch.no_grad()
 def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=None, ctx=None, temperature=1.0,
                         per_window=False, max_tokens=0):
@@ -941,22 +956,15 @@ def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=No
     device = device or next(model.parameters()).device
     tokens = np.asarray(tokens[:max_tokens] if max_tokens > 0 else tokens)
     n_pred = len(tokens) - 1
-    assert n_pred >= 1, "need at least two tokens"
     was_training = model.training
     model.eval()
-    starts = list(range(0, n_pred, block_size))
-    full = [s for s in starts if s + block_size <= n_pred]
     window_sums, window_lengths = [], []
-    groups = [full[i:i + batch_size] for i in range(0, len(full), batch_size)] + [[s] for s in starts[len(full):]]
-    for group in groups:
-        length = min(block_size, n_pred - group[0])
-        x = torch.from_numpy(np.stack([tokens[s:s + length] for s in group]).astype(np.int64)).to(device)
-        y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + length] for s in group]).astype(np.int64)).to(device)
+    for x, y in perplexity_windows(tokens, block_size, batch_size, device):
         with ctx or nullcontext():
             logits = model.lm_head(model.hidden_states(x))
         ce = F.cross_entropy(logits.float().view(-1, logits.size(-1)) / temperature, y.view(-1), reduction='none')
-        window_sums += ce.view(len(group), length).sum(-1).tolist()
-        window_lengths += [length] * len(group)
+        window_sums += ce.view(y.shape).sum(-1).tolist()
+        window_lengths += [y.size(1)] * len(y)
     model.train(was_training)
     mean_ce = sum(window_sums) / n_pred
     if per_window:

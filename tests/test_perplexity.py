@@ -80,8 +80,8 @@ def tail_base(tmp_path_factory, char_data):
 
 
 def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tail_base, char_data, capsys):
-    """shared.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (a
-    golden-section search in 1/T, where the cross-entropy is convex). Known answer: the final LayerNorm's weight and
+    """shared.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (Newton's
+    method in 1/T, where the cross-entropy is convex). Known answer: the final LayerNorm's weight and
     bias times s multiply every logit by s, so the calibrated temperature is s times the model's own; a base that
     holds out no tail is a one-line error (a temperature fit on val would be read on val)."""
     from configurator import UserError
@@ -108,6 +108,29 @@ def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_l
     ckpt['held_out'] = dict(tokens=0, of=len(train))
     with pytest.raises(UserError, match='no selection tail'):
         calibrated_temperature(model, ckpt, char_data, 'cpu')
+
+
+def test_the_temperature_fits_newton_steps_read_the_cross_entropys_own_slope_and_curvature(tail_base, char_data):
+    """evaluate.temperature_moments: the tail's cross-entropy at inverse temperature beta with its first two
+    derivatives, which Newton's method in calibrated_temperature steps by. Known answer: each matches the central
+    differences of evaluate_perplexity's cross-entropy (to 1e-3 of its scale, float32 logits), and at the fit the
+    slope is 0."""
+    from data_loader import generator_train_tokens
+    from evaluate import calibrated_temperature, tail_states, temperature_moments
+    from model import load_checkpoint
+    ckpt = load_checkpoint(str(tail_base / 'base_model_v1.pt'))
+    model = GPT.from_checkpoint(ckpt)
+    train = np.memmap(os.path.join(char_data, 'train.bin'), dtype=np.uint16, mode='r')
+    tail = train[len(generator_train_tokens(train, ckpt)):]
+    states, eps = tail_states(model, tail, 'cpu'), 0.02
+    for beta in (0.6, 1.0, 1.7):
+        ce, slope, curvature = temperature_moments(model, states, beta)
+        at = [evaluate_perplexity(model, tail, temperature=1 / b)[0] for b in (beta - eps, beta, beta + eps)]
+        assert ce == pytest.approx(at[1], rel=1e-5)
+        assert slope == pytest.approx((at[2] - at[0]) / (2 * eps), abs=1e-3)
+        assert curvature == pytest.approx((at[2] - 2 * at[1] + at[0]) / eps ** 2, rel=0.02) and curvature > 0
+    T = calibrated_temperature(model, ckpt, char_data, 'cpu')[0]
+    assert temperature_moments(model, states, 1 / T)[1] == pytest.approx(0, abs=1e-3)
 
 
 def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, char_data, tmp_path):
