@@ -20,24 +20,34 @@ class UserError(Exception):
     """A problem with the user's input: shown as one line, no traceback."""
 
 
-def _coerce(key, value, default):
+def _coerce(key, value, default, ranges=None):
     if default is None or value is None or type(value) is type(default):
         return value
+    if isinstance(value, str) and value in range_words((ranges or {}).get(key, '')):
+        return value  # a number the option names: the script computes it
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     raise UserError(f"--{key} expects a {type(default).__name__} (default {default!r}), got {value!r}")
 
 
+def range_words(spec):
+    """The words a range takes for a number ('> 0 or calibrated': the option may name what the script computes)."""
+    return {part.strip() for part in spec.removeprefix('each ').split(' or ') if re.fullmatch(r'[a-z_]+', part.strip())}
+
+
 def parse_range(spec):
     """A range as a script writes it beside its defaults -> a test of one number. Forms: '>= 1', '> 0', '<= 1',
     '[0, 1]', '(0, 1]', '[0, 1)', 'each > 0' (a comma-separated string of numbers, each tested), alternatives joined
-    by ' or ' ('0 or >= 2'). A bare number is that value alone."""
+    by ' or ' ('0 or >= 2'). A bare number is that value alone; a bare word (range_words), that text."""
+    words = range_words(spec)
     if spec.startswith('each '):
         one = parse_range(spec[5:])
-        return lambda v: all(one(float(x)) for x in str(v).split(','))
+        return lambda v: all(one(x if x in words else float(x)) for x in str(v).split(','))
     tests = []
     for part in spec.split(' or '):
         part = part.strip()
+        if part in words:
+            continue
         if part[0] in '[(':
             lo, hi = (float(x) for x in part[1:-1].split(','))
             tests.append(lambda v, lo=lo, hi=hi, a=part[0], b=part[-1]:
@@ -50,7 +60,7 @@ def parse_range(spec):
             tests.append(lambda v, b=bound, op=part[0]: v > b if op == '>' else v < b)
         else:
             tests.append(lambda v, b=float(part): v == b)
-    return lambda v: any(t(v) for t in tests)
+    return lambda v: v in words if isinstance(v, str) else any(t(v) for t in tests)
 
 
 def finite(value, spec):
@@ -128,7 +138,7 @@ def configure(defaults, argv, ranges=None, relations=()):
                     continue
                 if key not in cfg:
                     raise UserError(f"{arg} sets unknown config key {key!r}; known keys: {', '.join(sorted(cfg))}")
-                cfg[key] = _coerce(key, value, defaults[key])
+                cfg[key] = _coerce(key, value, defaults[key], ranges)
         else:
             key, sep, raw = arg[2:].partition('=')
             if not sep:
@@ -141,7 +151,7 @@ def configure(defaults, argv, ranges=None, relations=()):
                 value = raw  # a bare string, e.g. --device=cpu
             if isinstance(defaults[key], str) and not isinstance(value, str):
                 value = raw  # a string option stays the text typed, e.g. --start=1603
-            cfg[key] = _coerce(key, value, defaults[key])
+            cfg[key] = _coerce(key, value, defaults[key], ranges)
     if ranges is not None:
         check_numbers(cfg, ranges, relations)
     return SimpleNamespace(**cfg)

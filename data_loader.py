@@ -251,6 +251,13 @@ def generator_train_tokens(train, ckpt):
     return train[:len(train) - tail]
 
 
+def selection_tail(dataset, ckpt):
+    """The held-out selection tail of a generator checkpoint: the train tokens past its own (generator_train_tokens),
+    on which it was chosen and its temperature is fit (calibration.py)."""
+    train = np.memmap(os.path.join(resolve_data_dir(dataset), 'train.bin'), dtype=np.uint16, mode='r')
+    return train[len(generator_train_tokens(train, ckpt)):]
+
+
 def check_select_tokens(option, select_tokens, block_size, n_train):
     """train.py's rule for a selection tail, wherever it is checked (train.py; run_cycles.py before base v1): more
     than two blocks both to select on and to train on, else a one-line error naming the option."""

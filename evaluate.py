@@ -47,21 +47,20 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
 import tempfile
 
 import numpy as np
 import torch
 
 from auc import sight_auc, sight_auc_sd
+from calibration import checkpoint_calibrated_temperature
 from configurator import UserError, parse_checked, run_cli
-from data_loader import generator_train_tokens, resolve_data_dir, train_words, unknown_word_rate
+from data_loader import resolve_data_dir, train_words, unknown_word_rate
 from judge import reward_data_cmd, reward_model_cmd
-from model import GPT, evaluate_perplexity, load_checkpoint, perplexity_windows
+from model import GPT, evaluate_perplexity, load_checkpoint
 from runtime import resolve_device
 from tokenization_manager import TokenizationInfo, TokenizationManager
-from tilt import (LOGITS_BYTES, TILT_PPL_K, TiltSource, completion_logprob, judge_log_odds, sample_tilt,
-                  tilt_cross_entropy)
+from tilt import TILT_PPL_K, TiltSource, completion_logprob, judge_log_odds, sample_tilt, tilt_cross_entropy
 from two_sample import C2ST_FOLDS, PROMPT_LEN, completion_texts, continuation_texts, eval_windows, two_sample_test
 from worth import dv_bound
 
@@ -257,92 +256,8 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     return figures
 
 
-@torch.no_grad()
-def calibrated_temperature(base, base_ckpt, dataset, device, low=0.5, high=3.0, tol=1e-4):
-    """The temperature at which base reads the lowest cross-entropy on its held-out selection tail (the tokens its
-    checkpoint was chosen on, never val): the control that one scalar fit by maximum likelihood gives, as a base that
-    over-fits is over-confident. CE is convex in beta = 1/T (the log-normaliser is convex in it, the rest linear), so
-    Newton's method in beta, kept inside the bracket its own signs narrow, finds it in a few passes of the head over
-    the trunk's states, read once. Returns (T, the tail's perplexity there, and at T = 1)."""
-    train = np.memmap(os.path.join(resolve_data_dir(dataset), 'train.bin'), dtype=np.uint16, mode='r')
-    tail = train[len(generator_train_tokens(train, base_ckpt)):]
-    if len(tail) <= base.config.block_size:
-        raise UserError("the base holds out no selection tail: a temperature fit on val would be read on val; train "
-                        "it with run_cycles.py --base_select_tokens=N")
-    states, lo, hi, beta, tried = tail_states(base, tail, device), 1 / high, 1 / low, 1.0, set()
-    ce, slope, curvature = temperature_moments(base, states, beta)
-    ce_at_1 = ce
-    while True:
-        tried.add(beta)
-        if (beta == 1 / low and slope < 0) or (beta == 1 / high and slope > 0):
-            print(f"warning: the tail's best temperature lies at the search's bound, T = {1 / beta:.4g} (the fit is "
-                  f"clamped to [{low}, {high}]): the base is read there", file=sys.stderr)
-            break
-        lo, hi = (lo, beta) if slope > 0 else (beta, hi)
-        step = beta - slope / curvature if curvature > 0 else (lo if slope > 0 else hi)
-        if not lo < step < hi:  # past the bracket: its edge, tried once, or its middle
-            edge = lo if step <= lo else hi
-            step = edge if edge not in tried else (lo + hi) / 2
-        if abs(step - beta) < tol:
-            break
-        beta = step
-        ce, slope, curvature = temperature_moments(base, states, beta)
-    return 1 / beta, float(np.exp(ce)), float(np.exp(ce_at_1))
-
-
-@torch.no_grad()
-def tail_states(base, tail, device):
-    """The trunk's final states over the tail in held-out perplexity's windows (model.perplexity_windows), with their
-    targets: read once, so that each temperature the fit tries costs only the head."""
-    was_training = base.training
-    base.eval()
-    states = [(base.hidden_states(x).flatten(0, 1), y.flatten())
-              for x, y in perplexity_windows(tail, base.config.block_size, device=device)]
-    base.train(was_training)
-    return states
-
-
-@torch.no_grad()
-def temperature_moments(base, states, beta):
-    """The mean cross-entropy of the head over states at inverse temperature beta, and its first two derivatives in
-    beta: with z the logits and p = softmax(beta z), CE' = E_p[z] - z_y and CE'' = Var_p[z], never negative. The head
-    has no bias, so it reads beta h for beta z; rows a batch as keep a float32 copy of their logits under
-    tilt.LOGITS_BYTES."""
-    sums, n, rows = torch.zeros(3, dtype=torch.float64), 0, max(1, LOGITS_BYTES // (4 * base.config.tokens))
-    for h, y in states:
-        for i in range(0, len(h), rows):
-            bz, target = base.lm_head(beta * h[i:i + rows]).float(), y[i:i + rows, None]
-            p = torch.softmax(bz, dim=-1)[:, None, :]
-            mean, square = torch.bmm(p, bz[:, :, None]).flatten(), torch.bmm(p, bz.square()[:, :, None]).flatten()
-            log_p_target = bz.gather(1, target)[:, 0] - torch.logsumexp(bz, dim=-1)
-            sums += torch.stack([-log_p_target.sum(), (mean - bz.gather(1, target)[:, 0]).sum() / beta,
-                                 (square - mean ** 2).sum() / beta ** 2]).double().cpu()
-            n += len(target)
-    return tuple((sums / n).tolist())
-
-
-def checkpoint_calibrated_temperature(ckpt, dataset, device):
-    """calibrated_temperature of a checkpoint already read: (T, the tail's perplexity there, and at T = 1). Raises
-    configurator.UserError where the base holds out no selection tail."""
-    return calibrated_temperature(GPT.from_checkpoint(ckpt, device=device), ckpt, dataset, device)
-
-
-def base_calibrated_temperature(base_path, dataset, device):
-    """checkpoint_calibrated_temperature of the checkpoint at base_path."""
-    return checkpoint_calibrated_temperature(load_checkpoint(base_path), dataset, device)
-
-
-def tail_temperature(base_path, dataset, device):
-    """The tail-calibrated temperature of the generator at base_path, or None where it holds out no selection tail:
-    the one answer to 'the calibrated temperature, or none' that the cycle's and the benches' controls read."""
-    try:
-        return base_calibrated_temperature(base_path, dataset, device)[0]
-    except UserError:
-        return None
-
-
 # each number's range and the relations between them, checked (configurator.parse_checked) before anything is read
-RANGES = dict(temperatures='each > 0', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',
+RANGES = dict(temperatures='each > 0 or calibrated', top_k='>= 1', num_samples='>= 2', seed='>= 0', judge_seeds='>= 0',
               judge_max_blocks='>= 1', judge_samples_per_chunk='>= 1', c2st_folds='0 or >= 2', tilt_k='>= 2',
               tilt_scale='>= 0', tilt_windows='>= 1')
 RELATIONS = (('num_samples is None or c2st_folds <= num_samples', "each fold holds at least one sample"),)
@@ -356,7 +271,8 @@ def parse_args(argv):
     p.add_argument('--referee', required=True, help="the fixed generator checkpoint whose trunk serves MAUVE and "
                    "every fresh judge (a cycle: its base_model_v1.pt)")
     p.add_argument('--out', default='eval.json')
-    p.add_argument('--temperatures', default='1.0', help="comma-separated sampling temperatures, each a point")
+    p.add_argument('--temperatures', default='1.0', help="comma-separated sampling temperatures, each a point; "
+                   "'calibrated': each checkpoint's own, the one its held-out selection tail reads best")
     p.add_argument('--top_k', type=lambda s: None if s == 'None' else int(s), default=None)
     p.add_argument('--reward_model', default=None, help="a reward model whose mean P(natural) of the samples, "
                    "sight (AUC, natural windows against the samples) and worth in nats (the Donsker-Varadhan bound "
@@ -383,7 +299,7 @@ def parse_args(argv):
     p.add_argument('--judge_args', default='', help="train_reward_model.py options of the fresh judges' recipe, "
                    "e.g. '--max_iters=1500 --learning_rate=1e-3' (pooling is the mean; the recipe sets what trains)")
     A = parse_checked(p, argv, RANGES, RELATIONS)
-    A.temperatures = [float(t) for t in A.temperatures.split(',')]
+    A.temperatures = [t if t == 'calibrated' else float(t) for t in A.temperatures.split(',')]
     A.work_dir = os.path.dirname(os.path.abspath(A.out))
     return A
 
@@ -405,6 +321,15 @@ def fitted_num_samples(A, windows):
     return n
 
 
+def own_temperature(path, temperature, data_dir, device):
+    """A point's sampling temperature: the number given, or 'calibrated', the checkpoint's own (calibration.py)."""
+    if temperature != 'calibrated':
+        return temperature
+    T = checkpoint_calibrated_temperature(load_checkpoint(path), data_dir, device)[0]
+    print(f"{path}: its calibrated temperature, {T:.4f}")
+    return T
+
+
 def main(argv):
     A = parse_args(argv)
     device = resolve_device(A.device)
@@ -420,17 +345,17 @@ def main(argv):
     A.num_samples = fitted_num_samples(A, len(val) // referee.config.block_size)
     reference, prompts = eval_windows(val, A.num_samples, referee.config.block_size, A.seed)
     reference_features = None if A.no_mauve else mean_pooled_features(referee, reference.to(device))  # once a run
-    results = []
-    for path in A.checkpoints:
-        for temperature in A.temperatures:
-            print(f"{path} at temperature {temperature}:")
-            figures = evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference,
-                                     reference_features, prompts, rm)
-            figures['referee'] = os.path.abspath(A.referee)
-            figures['referee_trunk'] = trunk_signature(referee_ckpt['model'])
-            results.append(figures)
-            shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
-            print(f"  {json.dumps(shown)}")
+    results, points = [], [(path, own_temperature(path, t, data_dir, device)) for path in A.checkpoints
+                            for t in A.temperatures]  # a checkpoint with no calibrated temperature stops here
+    for path, temperature in points:
+        print(f"{path} at temperature {temperature}:")
+        figures = evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference,
+                                 reference_features, prompts, rm)
+        figures['referee'] = os.path.abspath(A.referee)
+        figures['referee_trunk'] = trunk_signature(referee_ckpt['model'])
+        results.append(figures)
+        shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
+        print(f"  {json.dumps(shown)}")
     tmp = A.out + '.tmp'
     with open(tmp, 'w') as f:
         json.dump(results, f, indent=1)

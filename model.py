@@ -565,7 +565,8 @@ def ensemble_checkpoint(ckpts):
     (its tokenization and run config), the members' weights and shapes, and the held-out tail that none of them
     trained on (the smallest of theirs)."""
     members = [GPT.from_checkpoint(c) for c in ckpts]
-    first = {k: v for k, v in ckpts[0].items() if k not in ('model', 'model_args', 'optimizer', 'held_out')}
+    first = {k: v for k, v in ckpts[0].items()
+             if k not in ('model', 'model_args', 'optimizer', 'held_out', 'calibrated')}
     held = [c.get('held_out') for c in ckpts]
     if all(held):
         first['held_out'] = dict(tokens=min(h['tokens'] for h in held), of=held[0]['of'])
@@ -911,7 +912,8 @@ def fold_temperature(ckpt, temperature):
     if ckpt['model_args'].get('mode', 'generator') != 'generator':
         raise ValueError("only a generator's logits have a temperature to fold")
     model = {k: (v / temperature if k.endswith(('ln_f.weight', 'ln_f.bias')) else v) for k, v in ckpt['model'].items()}
-    return {**{k: v for k, v in ckpt.items() if k != 'optimizer'}, 'model': model, 'folded_temperature': temperature}
+    kept = {k: v for k, v in ckpt.items() if k not in ('optimizer', 'calibrated')}  # the record was of other weights
+    return {**kept, 'model': model, 'folded_temperature': temperature}
 
 
 def load_checkpoint(path, map_location='cpu'):
@@ -926,6 +928,9 @@ def load_checkpoint(path, map_location='cpu'):
 
 # -----------------------------------------------------------------------------
 # held-out perplexity: the one place it is computed
+
+LOGITS_BYTES = 256 * 2 ** 20  # a scoring batch's logits at the most: a BPE evaluation stays within a laptop's memory
+
 
 def perplexity_windows(tokens, block_size, batch_size=32, device='cpu'):
     """The windows held-out perplexity reads a token array in: contiguous and non-overlapping, of block_size tokens
@@ -970,3 +975,4 @@ def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=No
     if per_window:
         return mean_ce, math.exp(mean_ce), [s / n for s, n in zip(window_sums, window_lengths)]
     return mean_ce, math.exp(mean_ce)
+

@@ -428,7 +428,7 @@ def grpo_cmd(C, base, reward_model, data_dir, out_path, seed, scale_rewards=None
         + ([f'--kl_anchor={C.grpo_kl_anchor}'] if C.grpo_kl_anchor != 'reference' else []) \
         + ([f'--objective={C.grpo_objective}'] if C.grpo_objective != 'grpo' else []) \
         + ([f'--loss_type={C.grpo_loss_type}'] if C.grpo_loss_type != 'grpo' else []) \
-        + (['--judge_off=True', f'--arm_log={arm_log}'] if arm_log else [])
+        + (['--judge_off=True', f'--arm_log={arm_log}', '--calibrate=False'] if arm_log else [])
 
 
 def repeat_seed(C):
@@ -655,9 +655,9 @@ def matched_perplexity(base_path, data_dir, device, temperature):
 
 
 def calibrated_point(base_path, data_dir, device):
-    """The base at its tail-calibrated temperature (evaluate.calibrated_temperature, fit on its held-out selection
-    tail, never val): its temperature and matched_perplexity there; None where it holds out no tail."""
-    from evaluate import tail_temperature
+    """The base at its tail-calibrated temperature (calibration.py: fit on its held-out selection tail, never val,
+    recorded by its trainer): its temperature and matched_perplexity there; None where it holds out no tail."""
+    from calibration import tail_temperature
     temperature = tail_temperature(base_path, data_dir, device)
     if temperature is None:
         return None
@@ -717,7 +717,7 @@ def held_args(C, base, iters, seed):
 def mle_stage(C, train_stage, name, base, output, flops, data_files, n, log):
     """An MLE control of cycle n as a stage (mle_args); returns its iterations."""
     iters, args = mle_args(C, base, flops, repeat_seed(C) + n)
-    train_stage(name, output, [base] + data_files, args, log)
+    train_stage(name, output, [base] + data_files, args + ['--calibrate=False'], log)
     return iters
 
 
@@ -892,20 +892,23 @@ POINT_HEADER = ['| | val ppl (whole split) | fresh judges: boundary err (↑) or
                 'unknown words (↓) | distinct-4 | sample entropy | MAUVE (↑) |', '|---|---|---|---|---|---|---|---|---|']
 
 
-CONTROL_NAMES = {'mle': 'the MLE control', 'temperature': 'the matched temperature', 'judge_off': 'the judge-off control',
-                 'calibrated': 'the base at its tail-calibrated temperature (perplexity only)'}
-
-
 PERPLEXITY_ONLY = ('calibrated',)  # controls with no samples of their own: read on perplexity alone
 
 
+def beats(control, x):
+    """Whether the arm beats one control's reading x: better on the fresh judges and on the two-sample test where the
+    control has samples, and perplexity no worse than the MLE control's or than the tail-calibrated base's (read on
+    perplexity alone)."""
+    if control in PERPLEXITY_ONLY:
+        return x['perplexity'] in ('better', 'equal')
+    return (x['fresh_judges'] == 'better' and x['c2st'] == 'better'
+            and (control != 'mle' or x['perplexity'] in ('better', 'equal')))
+
+
 def beats_every_control(verdicts):
-    """The repository's question answered for one cycle: better than every control on the fresh judges and on the
-    two-sample test, with perplexity no worse than the MLE control's nor than the tail-calibrated base's (read on
-    perplexity alone) where the base has one."""
-    sampled = [v for k, v in verdicts.items() if k not in PERPLEXITY_ONLY]
-    return (all(v['fresh_judges'] == 'better' and v['c2st'] == 'better' for v in sampled)
-            and all(verdicts[k]['perplexity'] in ('better', 'equal') for k in ('mle', 'calibrated') if k in verdicts))
+    """The repository's question answered for one cycle: beats(k, x) for every control k (the tail-calibrated base's
+    among them where the base has one)."""
+    return all(beats(k, x) for k, x in verdicts.items())
 
 
 def effect_text(e, what, spec='.3f'):
@@ -919,38 +922,58 @@ def effect_text(e, what, spec='.3f'):
             f"detectable ≥ {detectable:{spec}}" + ('' if detectable < e['margin'] else '; cannot say equal') + ")")
 
 
-def verdict_lines(c):
-    v = c['verdict']
-    m, vd = v['matched'], v['verdicts']
-    where = ' (outside the sweep: matched to its nearest end)' if m['outside_sweep'] else ''
+def verdict_cell(label, e=None, spec='.3f'):
+    """A verdict table's cell: the label in bold with the effect (positive: the arm better) and its 95% interval,
+    marked 'wide' where the interval is wider than the margin (it could not have read 'equal'); '–' where the
+    control has no reading."""
+    if not e:
+        return '–' if label in (None, '–') else f"**{label}**"
+    wide = '' if e.get('can_say_equal', True) else ' (wide)'
+    return f"**{label_text(e)}** {e['effect']:+{spec}} [{e['ci'][0]:{spec}}, {e['ci'][1]:{spec}}]{wide}"
+
+
+VERDICT_CONTROLS = {'mle': 'MLE at equal FLOPs', 'temperature': 'the matched temperature',
+                    'judge_off': 'the judge-off control', 'calibrated': 'the tail-calibrated base'}
+
+
+def verdict_caption(c):
+    """The facts under a cycle's verdict that are not readings: the controls' compute and selection, T*, the tail's
+    temperature, the draws, the margins."""
+    v, n = c['verdict'], c['cycle']
+    m = v['matched']
     stop, held_out = v.get('mle_stopped_at'), v.get('mle_select_tokens')
     selected_on = (f"best loss on the last {held_out:,} train tokens, held out of training" if held_out
                    else "best val loss")
-    mle = (f"the MLE control is base v{c['cycle']} + next-token training allowed {v['mle_iters']} iterations (the "
-           f"cycle's {v['cycle_flops']:.3g} FLOPs: the trainer's run and, for GRPO, the judge's data and training)"
-           + (f", stopped at {stop} and kept iteration {v['mle_best_iter']} "
-                                                        f"({selected_on})" if stop is not None else ''))
+    text = (f"one training run a side: a claim about the method reads several trainer seeds, each with its own "
+            f"controls and draws, `benchmarks/bench_arms.py`; labels by `verdict.py` (the 95% interval; margins "
+            f"±{v['margins']['c2st_auc']:.3f} AUC, ±{v['margins']['perplexity']:.1%} perplexity); the MLE control is "
+            f"base v{n} + next-token training allowed "
+            f"{v['mle_iters']} iterations (the cycle's {v['cycle_flops']:.3g} FLOPs: the trainer's run and, for GRPO, "
+            f"the judge's data and training)"
+            + (f", stopped at {stop}, kept iteration {v['mle_best_iter']} ({selected_on})" if stop is not None else ''))
     if 'judge_off_steps' in v:
-        mle += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs) "
-                f"against the arm's {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
-    labels = '; '.join(
-        f"against {CONTROL_NAMES[k]}: fresh judges **{x['fresh_judges']}**, two-sample test "
-        f"**{label_text(x['c2st_effect']) if x.get('c2st_effect') else '–'}**"
-        f"{effect_text(x.get('c2st_effect'), 'arm AUC lower by')}, "
-        f"perplexity **{label_text(x['perplexity_effect'])}**"
-        f"{effect_text(x.get('perplexity_effect'), 'arm ppl lower by', '.1%')}"
-        for k, x in vd.items())
-    return [f"**Cycle {c['cycle']} verdict, this checkpoint against each control's** (one training run a side: a "
-            f"claim about the method reads several trainer seeds, each with its own controls and draws, "
-            f"`benchmarks/bench_arms.py`; 'better'/'worse' when the 95% interval excludes 0, 'equal' when it includes "
-            f"0 inside the margin, else 'unresolved'; "
-            + (f"draws seeded {v['draw_seed']}; " if 'draw_seed' in v else '') + f"computed in "
-            f"`verdict_v{c['cycle']}.json`; {mle}; matched "
-            f"temperature T* = {m['temperature']:.3f}{where}"
-            + (f"; tail-calibrated temperature {v['calibrated']['temperature']:.3f}" if 'calibrated' in v else '')
-            + f"): {labels}. "
-            + ("The cycle beats every control." if beats_every_control(vd) else
-               "The cycle does not beat every control."), '']
+        text += (f"; the judge-off control ran {v['judge_off_steps']} GRPO steps ({v['judge_off_flops']:.3g} FLOPs), "
+                 f"the arm {v['arm_steps']} ({v['arm_flops']:.3g} FLOPs)")
+    text += f"; matched temperature T* = {m['temperature']:.3f}"
+    text += ' (outside the sweep: matched to its nearest end)' if m['outside_sweep'] else ''
+    text += f"; tail-calibrated temperature {v['calibrated']['temperature']:.3f}" if 'calibrated' in v else ''
+    return text + (f"; draws seeded {v['draw_seed']}" if 'draw_seed' in v else '') + f"; `verdict_v{n}.json`"
+
+
+def verdict_lines(c):
+    """A cycle's verdict as the report prints it: one row a control, one column an instrument, each cell the label
+    and its interval; under the table, the controls the cycle beats."""
+    vd, n = c['verdict']['verdicts'], c['cycle']
+    rows = [f"| {VERDICT_CONTROLS[k]} | {verdict_cell(x['fresh_judges'])} | "
+            f"{verdict_cell(x['c2st'], x.get('c2st_effect'))} | "
+            f"{verdict_cell(x['perplexity'], x.get('perplexity_effect'), '.1%')} |" for k, x in vd.items()]
+    beaten = [VERDICT_CONTROLS[k] for k, x in vd.items() if beats(k, x)]
+    summary = ("The cycle beats every control." if beats_every_control(vd) else
+               f"The cycle beats {' and '.join(beaten)}, not every control." if beaten else
+               "The cycle beats no control.")
+    return [f"**Cycle {n} verdict: base v{n + 1} against each control** ({verdict_caption(c)}):", '',
+            '| against | fresh judges | two-sample test: arm AUC lower by | perplexity: arm ppl lower by |',
+            '|---|---|---|---|', *rows, '', summary, '']
 
 
 def tilt_lines(c):

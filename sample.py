@@ -1,7 +1,8 @@
 """
 Sample text from a generator checkpoint, decoding with the checkpoint's own tokenization.
   python sample.py --ckpt_path=out-shakespeare-char/ckpt.pt --start="ROMEO:" --num_samples=3 --max_new_tokens=300
---start may also be FILE:prompt.txt.
+--start may also be FILE:prompt.txt. --temperature=calibrated samples at the temperature the checkpoint's held-out
+selection tail reads best (train.py --select_tokens=N records it when it stops; calibration.py).
 
 With a judge, the generator tilted by it, pi·e^{judge_scale·f} (f: the judge's log-odds of natural text; worth.py),
 sampled without RL: each sample is one of `resample` candidates, kept by importance resampling (or, best_of=True,
@@ -13,6 +14,7 @@ A judge reads windows of its own block size: each candidate is scored on its las
 import numpy as np
 import torch
 
+from calibration import checkpoint_calibrated_temperature
 from configurator import UserError, config_defaults, configure, run_cli
 from model import GPT, load_checkpoint
 from runtime import resolve_device
@@ -23,7 +25,7 @@ ckpt_path = 'out-shakespeare-char/ckpt.pt'
 start = '\n'  # or "FILE:prompt.txt"
 num_samples = 3
 max_new_tokens = 300
-temperature = 0.8  # lower is more conservative
+temperature = 0.8  # lower is more conservative; 'calibrated': the one its held-out selection tail reads best
 top_k = 200  # keep only the top_k most likely tokens (None: all)
 seed = 1337
 device = 'auto'
@@ -33,7 +35,7 @@ judge_scale = 1.0  # the tilt pi·e^{judge_scale·f} (0: the generator's own law
 best_of = False  # keep the candidate the judge likes best instead of resampling (best-of-K)
 # -----------------------------------------------------------------------------
 # each number's range, checked by the configurator before anything is read
-RANGES = dict(num_samples='>= 1', max_new_tokens='>= 1', temperature='> 0', top_k='>= 1', seed='>= 0',
+RANGES = dict(num_samples='>= 1', max_new_tokens='>= 1', temperature='> 0 or calibrated', top_k='>= 1', seed='>= 0',
               resample='>= 1', judge_scale='>= 0')
 DEFAULTS = config_defaults(globals())
 
@@ -47,6 +49,9 @@ def main(argv):
     if ckpt['model_args'].get('mode') == 'reward':
         raise UserError(f"{C.ckpt_path} is a reward model; sample from a generator checkpoint")
     model = GPT.from_checkpoint(ckpt, device=dev)
+    if C.temperature == 'calibrated':  # recorded by its trainer, or fit now (calibration.py)
+        C.temperature = checkpoint_calibrated_temperature(ckpt, None, dev)[0]
+        print(f"temperature {C.temperature:.4f}: the calibrated one of {C.ckpt_path}")
     tok = TokenizationManager.from_info(ckpt['tokenization'])
     text = C.start
     if text.startswith('FILE:'):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from judge import NgramJudge
-from model import GPT, load_checkpoint
+from model import GPT, LOGITS_BYTES, load_checkpoint
 from policy import token_logprobs
 from tokenization_manager import TokenizationInfo, TokenizationManager
 from two_sample import completion_texts
@@ -30,7 +30,6 @@ from worth import effective_sample_size, log_odds, telescoped_log_odds, tilt_cho
 
 TILT_PPL_K = (8, 32, 128)  # the candidates a prompt at which the tilt's perplexity is shown
 ROWS = 1024  # sequences a batch, in sampling and scoring
-LOGITS_BYTES = 256 * 2 ** 20  # a scoring batch's logits at the most: a BPE evaluation stays within a laptop's memory
 
 
 @torch.no_grad()

@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import UserError, config_defaults, configure, run_cli
+from calibration import record_and_say
 from data_loader import check_select_tokens, held_out_record, resolve_data_dir
 from early_stopping import EarlyStopping
 from model import (GPT, GPT2_NAMES, GPTConfig, PretrainedUnavailable, evaluate_perplexity, load_checkpoint,
@@ -78,6 +79,9 @@ select_tokens = 0
 # with select_tokens: read the select loss over the whole held-out pass instead of eval_iters random batches, whose
 # noise (0.02-0.04 between evaluations at 20 batches) is as large as a plateau's slope
 select_pass = False
+# when the run stops: fit the temperature the held-out selection tail reads best and record it in the checkpoint
+# (calibration.py; sample.py --temperature=calibrated reads it), where the model holds out a tail
+calibrate = True
 # a forward-KL distillation of a tilt (prepare_tilt_data.py's folder; docs/family_bound.md): mix_fraction of every
 # train batch's rows are its windows, the loss read on their generated tokens only, the rest natural train windows;
 # windows made with --keep=all carry a weight each (w - 1), which multiplies that row's loss
@@ -435,6 +439,8 @@ def main(argv):
         ckpt_path = os.path.join(C.out_dir, 'ckpt.pt')
         if os.path.exists(ckpt_path):  # where the run ended, beside the iteration of the checkpoint it kept
             update_checkpoint(ckpt_path, stopped_at=iter_num, stop_reason=stop_reason, signature=signature)
+            if C.calibrate:
+                record_and_say(ckpt_path, data_dir, rt.device)
         if C.save_last:
             save_checkpoint(os.path.join(C.out_dir, 'last.pt'), raw_model, iter_num=iter_num, config=vars(C),
                             tokenization=tokenizer.info(), held_out=held_out, stopped_at=iter_num,

@@ -49,6 +49,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
+from calibration import record_and_say
 from configurator import UserError, config_defaults, configure, run_cli
 from early_stopping import EarlyStopping
 from auc import sight_auc
@@ -136,6 +137,9 @@ proposal = 'policy'
 law_positions = 0
 out_path = 'out-grpo/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
+# when the run stops: fit the temperature its base's held-out selection tail reads best and record it in the
+# checkpoint (calibration.py; sample.py --temperature=calibrated reads it), where the base holds out a tail
+calibrate = True
 # rollouts
 max_steps = 100
 prompts_per_step = 8
@@ -1231,6 +1235,8 @@ def finish(run, step, batch, s):
                 logps = token_logprobs(run.policy, batch.seqs, C.temperature)[0]
             final_kl = float((k3_kl(logps, s.ref_logps) * batch.mask).sum() / batch.mask.sum())
     save(run, final_step, run.stop_reason, final_kl=final_kl, final_val_ppl=final_ppl, judge_off=C.judge_off)
+    if C.calibrate:
+        record_and_say(C.out_path, C.dataset, run.rt.device)
     first, last = [h['reward'] for h in history[:10]], [h['reward'] for h in history[-10:]]
     t = {k: sum(h[f'time_{k}'] for h in history) for k in ('generation', 'scoring', 'update')}
     print(f"done: {len(history)} steps; stopped by {run.stop_reason}"

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
+from calibration import record_and_say
 from configurator import UserError, config_defaults, configure, run_cli
 from model import GPT, evaluate_perplexity, load_checkpoint, save_checkpoint, start_problem
 from runtime import (all_reduce_mean, load_resume_state, resume_file, rng_states, run_signature, save_resume_state,
@@ -42,6 +43,9 @@ from tracking import TRACKING_DEFAULTS, Tracker
 policy_path = ''  # the previous iterate: the policy trained here, its frozen reference and its default opponent
 out_path = 'out-spin/policy.pt'
 dataset = ''  # folder with train.bin/val.bin; default: the policy checkpoint's own dataset
+# when the run stops: fit the temperature its base's held-out selection tail reads best and record it in the
+# checkpoint (calibration.py; sample.py --temperature=calibrated reads it), where the base holds out a tail
+calibrate = True
 max_steps = 100
 batch_size = 16  # prompts per step, each with its real and its generated continuation
 min_prompt_len = 1
@@ -239,6 +243,8 @@ def main(argv):
                         optimizer=optimizer, held_out=held_out,
                         metrics=dict(history=history, start=start, stop_reason='max_steps',
                                      final_val_ppl=end['val_ppl'], flops=flops_per_step * len(history)))
+        if C.calibrate:
+            record_and_say(C.out_path, C.dataset, rt.device)
         print(f"done: {len(history)} steps; held-out margin {start['heldout_margin']:.3f} -> "
               f"{end['heldout_margin']:.3f}, log p real {start['heldout_logp_real']:.2f} -> "
               f"{end['heldout_logp_real']:.2f}, generated {start['heldout_logp_generated']:.2f} -> "

@@ -31,7 +31,7 @@ Then, for each seed:
      temperature control, the base at the temperature whose sample entropy on the seed's other prompts is the
      arm's (interpolated on --temperatures, as verdict.sweep_parts places a cycle's arm on its sweep); and the
      tail-calibrated control, the base at the temperature that its held-out selection tail reads best
-     (shared.calibrated_temperature): what one scalar fit by maximum likelihood buys a base that is over-confident;
+     (calibration.calibrated_temperature): what one scalar fit by maximum likelihood buys a base that is over-confident;
      and the arm at its own calibrated temperature against it (both calibrated: what the channel adds past that),
      and against the MLE control at its own (MLE calibrated again: what the channel adds past both).
 The verdicts read perplexity over the seeds (verdict.seed_effect), each seed with its own windows, tilt data or

@@ -25,7 +25,7 @@ bench_judge_recipes.py reads its recipes.
 --temperature samples every negative, the judges' and the read's, from the base at that temperature, so that each
 point's worth is what its judge knows about natural text beyond the base at T (its tilt of the base at T gains that
 much), and the MLE control's is its own log-ratio at T; 'calibrated' is the temperature the base's held-out
-selection tail reads best (shared.calibrated_temperature): what a judge knows past that one scalar. Names (data,
+selection tail reads best (calibration.calibrated_temperature): what a judge knows past that one scalar. Names (data,
 judges, records) gain _T<T> where T is not 1.
 
 --windows 0 is every train window. Each point's judge is saved as judge_ngram_curve_<windows>w_<k>neg_s<seed>.json
@@ -245,7 +245,7 @@ def main():
     p.add_argument('--epochs', type=int, default=4, help="the GPT judge's passes over its train windows at most")
     p.add_argument('--temperature', default='1', help="the base's sampling temperature for every negative, the "
                    "train's and the read's: a number, or 'calibrated' (the temperature its held-out selection tail "
-                   "reads best, shared.calibrated_temperature): what a judge knows past that one scalar")
+                   "reads best, calibration.calibrated_temperature): what a judge knows past that one scalar")
     p.add_argument('--seed', type=int, default=1337)
     p.add_argument('--device', default='auto')
     p.add_argument('--plot', default='', help="a PNG of the curve (worth per prompt against the negatives seen)")

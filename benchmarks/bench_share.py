@@ -25,7 +25,7 @@ sampled at the matched temperature T* (Caccia et al. 2020), the one whose sample
 prompts (the seed's two-sample windows; the base swept over --sweep); mle, the base trained further by next-token loss
 for the arm's FLOPs by the cycle's rule (the base's learning rate held, its best checkpoint on the base run's
 selection split kept; the base run's config.json beside BASE.pt), its own seed; calibrated, the base at its
-tail-calibrated temperature (evaluate.calibrated_temperature: fit on the tail its checkpoint held out, never val; zero
+tail-calibrated temperature (calibration.calibrated_temperature: fit on the tail its checkpoint held out, never val; zero
 FLOPs). The judge's offline training (its recipe) is not in the arm's FLOPs: the MLE control is not given it, which
 favours the judge; its recorded FLOPs are printed beside.
 

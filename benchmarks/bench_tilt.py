@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
+import calibration  # noqa: E402
 import evaluate  # noqa: E402
 from data_loader import resolve_data_dir, tokens_a_word  # noqa: E402
 from run_cycles import completion_cross_entropy, load_json, tilt_controls  # noqa: E402
@@ -67,7 +68,7 @@ def base_points(run, A, cfg, seed, dataset):
 
 def tail_calibrated(run, device):
     """The run's base's tail-calibrated temperature, or None where it holds out no tail."""
-    return evaluate.tail_temperature(os.path.join(run, 'base_model_v1.pt'),
+    return calibration.tail_temperature(os.path.join(run, 'base_model_v1.pt'),
                                      load_json(os.path.join(run, 'config.json'))['dataset'], device)
 
 
@@ -81,7 +82,7 @@ def completion_controls(run, mle, temperature, dataset, device, tilt, seed, othe
             path, dataset, device, t, tilt['num_samples'], tilt['sample_length'], seed))
     controls = {**({'calibrated': read(os.path.join(run, 'base_model_v1.pt'), temperature)} if temperature else {}),
                 **({'mle': read(mle, tilt['temperature'])} if mle else {})}
-    mle_temperature = mle and evaluate.tail_temperature(mle, dataset, device)
+    mle_temperature = mle and calibration.tail_temperature(mle, dataset, device)
     if mle_temperature:  # an MLE control that holds out no tail has no calibrated reading
         controls['mle_calibrated'] = read(mle, mle_temperature)
     return {**controls, **({'control': read(other, 1.0)} if other else {})}

@@ -1,7 +1,7 @@
 """
 The base at its tail-calibrated temperature, written as a base of its own: what a judge, its tilt or a channel adds
 past the one scalar that calibration fits. An over-fit base is over-confident, and the temperature its held-out
-selection tail reads best (shared.calibrated_temperature) buys it perplexity at zero FLOPs; a judge's gain that is only
+selection tail reads best (calibration.calibrated_temperature) buys it perplexity at zero FLOPs; a judge's gain that is only
 that correction is no gain of the judge's. Started from the calibrated base, every bench reads past it.
 
   python benchmarks/calibrate_base.py --run runs/plateau --out_dir runs/plateau_calibrated [--temperature T]

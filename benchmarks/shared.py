@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from configurator import UserError
-from evaluate import (base_calibrated_temperature, calibrated_temperature,  # noqa: F401 (the benches' names)
-                      checkpoint_calibrated_temperature)
+from calibration import (base_calibrated_temperature, calibrated_temperature,  # noqa: F401 (the benches' names)
+                         checkpoint_calibrated_temperature)
 from model import GPT, GPTConfig, load_checkpoint
 from tilt import TiltSource, completion_logprob
 from two_sample import PROMPT_LEN, eval_windows

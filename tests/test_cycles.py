@@ -11,7 +11,7 @@ from data_loader import unknown_word_rate, words_of
 from evaluate import distinct_n, repetition_rate, text_statistics
 from model import load_checkpoint
 from two_sample import eval_windows
-from verdict import compare, matched_temperature, perplexity_effect
+from verdict import compare, label_text, matched_temperature, perplexity_effect
 
 
 def test_distinct_n_and_repetition_exact_values():
@@ -171,9 +171,9 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run, cha
     cal = v['verdicts']['calibrated']
     assert cal['fresh_judges'] == '–' and cal['c2st_effect'] is None and \
         cal['perplexity'] in {'better', 'equal', 'worse', 'unresolved'}
-    # read against the base at the one fit's temperature (evaluate.base_calibrated_temperature), not at T = 1:
+    # read against the base at the one fit's temperature (calibration.base_calibrated_temperature), not at T = 1:
     # its temperature, its val perplexity and the arm's effect over it, each recomputed here
-    from evaluate import base_calibrated_temperature
+    from calibration import base_calibrated_temperature
     from model import GPT, evaluate_perplexity
     T = base_calibrated_temperature(str(out / 'base_model_v1.pt'), char_data, 'cpu')[0]
     assert v['calibrated']['temperature'] == pytest.approx(T, rel=1e-6) and abs(T - 1) > 1e-3
@@ -185,7 +185,20 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run, cha
     assert cal['perplexity_effect']['effect'] == pytest.approx(again['effect'], abs=1e-5)
     assert cal['perplexity_effect']['ci'] == pytest.approx(again['ci'], abs=1e-4) and cal['perplexity'] == again['label']
     assert f"tail-calibrated temperature {v['calibrated']['temperature']:.3f}" in report
-    assert 'against the base at its tail-calibrated temperature (perplexity only)' in report
+    # the verdict as a table: a row a control, each cell its label and interval as verdict_v1.json holds them, and
+    # under it the controls the cycle beats
+    from run_cycles import VERDICT_CONTROLS, beats
+    block = report.split('**Cycle 1 verdict: base v2 against each control**')[1].split('**Cycle 2 verdict')[0]
+    rows = {r.split(' | ')[0].lstrip('| '): r.split(' | ')[1:] for r in block.splitlines() if r.startswith('| ')}
+    for c, x in v['verdicts'].items():
+        fresh, two_sample, perplexity = rows[VERDICT_CONTROLS[c]]
+        assert fresh.startswith(f"**{x['fresh_judges']}**" if x['fresh_judges'] != '–' else '–')
+        e = x['perplexity_effect']
+        assert perplexity.startswith(f"**{label_text(e)}** {e['effect']:+.1%} [{e['ci'][0]:.1%}, {e['ci'][1]:.1%}]")
+        assert two_sample == '–' if c == 'calibrated' else two_sample.startswith(f"**{label_text(x['c2st_effect'])}**")
+    beaten = [VERDICT_CONTROLS[c] for c, x in v['verdicts'].items() if beats(c, x)]
+    assert (f"The cycle beats {' and '.join(beaten)}, not every control." if beaten else
+            'The cycle beats no control.') in block or 'The cycle beats every control.' in block
     # the MLE control kept its best val checkpoint within its allowance, and says where it stopped
     assert 0 <= v['mle_best_iter'] <= v['mle_stopped_at'] <= v['mle_iters'] and v['mle_stop_reason']
     assert load_checkpoint(str(out / 'judgeoff_v2.pt'))['metrics']['judge_off']
@@ -198,7 +211,7 @@ def test_two_cycles_produce_versions_controls_verdicts_and_report(cycle_run, cha
     assert {'base v1', 'cycle 2: GRPO -> base v3', 'cycle 2: verdict'} <= set(times)
     assert times['base v1']['peak_mb'] > 0 and times['cycle 2: verdict']['peak_mb'] is None
     assert '## Stage times' in report and '| base v1 |' in report and '**all stages**' in report
-    assert 'judge-off control' in report and 'two-sample AUC' in report and 'against the judge-off control' in report
+    assert 'judge-off control' in report and 'two-sample AUC' in report and '| the judge-off control |' in report
     assert 'finished: num_cycles (2)' in stdout
     assert_consistent(out)
 
@@ -323,7 +336,7 @@ def test_the_tilt_is_a_cycle_point_with_verdicts_against_its_controls(cycle_run,
     import sys
     sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
     import bench_tilt
-    from evaluate import tail_temperature
+    from calibration import tail_temperature
     tilt = json.loads((tilted / 'tilt_judge_k4_a1_d5.json').read_text())[0]
     controls = bench_tilt.completion_controls(str(tilted), str(tilted / 'mle_tilt_v2.pt'), None, char_data, 'cpu',
                                               tilt, 5)

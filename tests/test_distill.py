@@ -11,7 +11,7 @@ import torch
 
 from conftest import ROOT, run_script, toy_run_config, train_tiny
 from data_loader import file_sha256
-from evaluate import calibrated_temperature
+from calibration import calibrated_temperature
 from model import GPT, load_checkpoint
 from tilt import completion_logprob
 from two_sample import PROMPT_LEN, eval_windows

@@ -276,7 +276,7 @@ def test_the_calibrated_control_is_the_base_at_its_tail_temperature(tmp_path, ch
     (its base's logits over T) reads the control's cross-entropy on every window: no gain to credit."""
     from types import SimpleNamespace
     from conftest import train_tiny
-    from evaluate import base_calibrated_temperature
+    from calibration import base_calibrated_temperature
     bench_share = bench_share_module()
     train_tiny(char_data, str(tmp_path / 'base'), '--max_iters=30', '--eval_interval=10', '--select_tokens=3000')
     base = str(tmp_path / 'base' / 'ckpt.pt')

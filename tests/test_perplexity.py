@@ -80,7 +80,7 @@ def tail_base(tmp_path_factory, char_data):
 
 
 def test_the_tail_calibrated_temperature_is_the_tails_best_and_scales_with_the_logits(tail_base, char_data, capsys):
-    """shared.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (Newton's
+    """calibration.calibrated_temperature: the temperature at which the base reads its held-out selection tail best (Newton's
     method in 1/T, where the cross-entropy is convex). Known answer: the final LayerNorm's weight and
     bias times s multiply every logit by s, so the calibrated temperature is s times the model's own; a base that
     holds out no tail is a one-line error (a temperature fit on val would be read on val)."""
@@ -116,13 +116,13 @@ def test_the_temperature_fits_newton_steps_read_the_cross_entropys_own_slope_and
     differences of evaluate_perplexity's cross-entropy (to 1e-3 of its scale, float32 logits), and at the fit the
     slope is 0."""
     from data_loader import generator_train_tokens
-    from evaluate import calibrated_temperature, tail_states, temperature_moments
+    from calibration import calibrated_temperature, trunk_states, temperature_moments
     from model import load_checkpoint
     ckpt = load_checkpoint(str(tail_base / 'base_model_v1.pt'))
     model = GPT.from_checkpoint(ckpt)
     train = np.memmap(os.path.join(char_data, 'train.bin'), dtype=np.uint16, mode='r')
     tail = train[len(generator_train_tokens(train, ckpt)):]
-    states, eps = tail_states(model, tail, 'cpu'), 0.02
+    states, eps = trunk_states(model, tail, 'cpu'), 0.02
     for beta in (0.6, 1.0, 1.7):
         ce, slope, curvature = temperature_moments(model, states, beta)
         at = [evaluate_perplexity(model, tail, temperature=1 / b)[0] for b in (beta - eps, beta, beta + eps)]
@@ -131,6 +131,46 @@ def test_the_temperature_fits_newton_steps_read_the_cross_entropys_own_slope_and
         assert curvature == pytest.approx((at[2] - 2 * at[1] + at[0]) / eps ** 2, rel=0.02) and curvature > 0
     T = calibrated_temperature(model, ckpt, char_data, 'cpu')[0]
     assert temperature_moments(model, states, 1 / T)[1] == pytest.approx(0, abs=1e-3)
+
+
+def test_a_trained_checkpoint_records_its_calibrated_temperature_and_sample_and_evaluate_read_it(
+        tail_base, char_ckpt, char_data, tmp_path, monkeypatch):
+    """calibration.py: train.py with a selection tail records the fit in the checkpoint when it stops; the record is
+    read only for the weights and tail it was fit on (a copy into other weights is fit anew); sample.py
+    --temperature=calibrated and evaluate.py --temperatures=calibrated sample at it. A checkpoint with no tail, or a
+    word the option does not take, stops in one line."""
+    import json
+    import calibration
+    from conftest import run_script
+    from model import load_checkpoint
+    path = str(tail_base / 'base_model_v1.pt')
+    ckpt = load_checkpoint(path)
+    T = calibration.calibrated_temperature(GPT.from_checkpoint(ckpt), ckpt, char_data, 'cpu')[0]
+    assert ckpt['calibrated']['temperature'] == T and T != pytest.approx(1, abs=0.01)
+    monkeypatch.setattr(calibration, 'fit_temperature', lambda *a, **k: pytest.fail('fit again'))
+    assert calibration.checkpoint_calibrated_temperature(ckpt, None, 'cpu')[0] == T  # the record, no fit
+    other = dict(ckpt, model={k: v * 1.01 if k.endswith('ln_f.weight') else v for k, v in ckpt['model'].items()})
+    with pytest.raises(pytest.fail.Exception, match='fit again'):  # another model's record is not its own
+        calibration.checkpoint_calibrated_temperature(other, None, 'cpu')
+    monkeypatch.undo()
+    r = run_script('sample.py', f'--ckpt_path={path}', '--temperature=calibrated', '--num_samples=1',
+                   '--max_new_tokens=8', '--device=cpu')
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert float(r.stdout.split('temperature ')[1].split(':')[0]) == pytest.approx(T, abs=1e-4)
+    out = tmp_path / 'eval.json'
+    r = run_script('evaluate.py', path, '--dataset', char_data, '--referee', path, '--temperatures', 'calibrated,1.0',
+                   '--num_samples', '8', '--judge_seeds', '0', '--no_mauve', '--no_ppl', '--c2st_folds', '0',
+                   '--device', 'cpu', '--out', str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [p['temperature'] for p in json.loads(out.read_text())] == [T, 1.0]
+    for script, option in (('sample.py', '--temperature=calibrated'), ('sample.py', '--temperature=hot')):
+        r = run_script(script, f'--ckpt_path={char_ckpt}', option, '--device=cpu')
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert 'no selection tail' in run_script('sample.py', f'--ckpt_path={char_ckpt}', '--temperature=calibrated',
+                                             '--device=cpu').stderr
+    r = run_script('evaluate.py', char_ckpt, '--dataset', char_data, '--referee', char_ckpt, '--temperatures',
+                   'calibrated', '--device', 'cpu', '--out', str(tmp_path / 'no' / 'eval.json'))
+    assert r.returncode == 2 and 'no selection tail' in r.stderr and not (tmp_path / 'no').exists()
 
 
 def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, char_data, tmp_path):
@@ -231,7 +271,7 @@ def test_the_ensemble_of_calibrated_bases_is_written_sampled_and_never_trained(t
     # its MLE control: each member trained further for half the point's FLOPs, then at its own tail temperature
     control_path, = (out / 'recipes').glob('*/mle_at_*_flops_s1337.pt')
     control, flops = load_checkpoint(str(control_path)), float(control_path.name.split('_')[2])
-    from evaluate import base_calibrated_temperature
+    from calibration import base_calibrated_temperature
     from run_cycles import DEFAULTS, mle_args
     from configurator import configure
     with open(out / 'config.json') as f:

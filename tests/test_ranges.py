@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import run_script
-from configurator import parse_range
+from configurator import parse_range, range_words
 from data_loader import PREPARE_RANGES
 
 # each entry point -> the options that name every output it would write, put under the test's folder
@@ -46,6 +46,8 @@ def out_of_range(spec, integer):
     """A value just outside spec (configurator.parse_range's forms), an int where the option takes one."""
     if spec.startswith('each '):
         return '1,' + str(out_of_range(spec[5:], False))
+    words = range_words(spec)  # '> 0 or calibrated': a number outside the numbers' range
+    spec = ' or '.join(part for part in spec.split(' or ') if part.strip() not in words)
     if ' or ' in spec:  # '0 or >= 2': the gap between the alternatives
         value = 1
     elif spec[0] in '[(':  # an open end, or past the closed upper one
