@@ -15,7 +15,9 @@ import torch
 
 from configurator import UserError
 from data_loader import selection_tail
-from model import GPT, LOGITS_BYTES, load_checkpoint, perplexity_windows, update_checkpoint
+from model import (GPT, LOGITS_BYTES, ensemble_checkpoint, fold_temperature, load_checkpoint, perplexity_windows,
+                   update_checkpoint)
+from tokenization_manager import TokenizationInfo
 
 
 def calibrated_temperature(base, base_ckpt, dataset, device):
@@ -56,6 +58,29 @@ def tail_temperature(base_path, dataset, device):
         return base_calibrated_temperature(base_path, dataset, device)[0]
     except UserError:
         return None
+
+
+def load_generator(spec, dataset, device):
+    """The generator checkpoint a script's generator option names: one path, or several comma-separated, the
+    ensemble of those generators each at its own calibrated temperature (model.fold_temperature), one model.Ensemble
+    whose next-token law is the mean of theirs (model.ensemble_checkpoint). Members of another tokenization or block
+    size, a reward model or an ensemble among them, are refused in one line. dataset None: each member's own."""
+    paths = spec.split(',')
+    if len(paths) == 1:
+        return load_checkpoint(spec)
+    ckpts = [load_checkpoint(p) for p in paths]
+    for path, ckpt in zip(paths, ckpts):
+        if ckpt['model_args'].get('mode', 'generator') != 'generator' or 'ensemble_args' in ckpt:
+            raise UserError(f"{path} is not one generator: an ensemble takes generator checkpoints (train.py's)")
+        TokenizationInfo.from_dict(ckpts[0]['tokenization']).check_compatible(
+            TokenizationInfo.from_dict(ckpt['tokenization']), paths[0], path)
+        if ckpt['model_args']['block_size'] != ckpts[0]['model_args']['block_size']:
+            raise UserError(f"{path} has block size {ckpt['model_args']['block_size']}, {paths[0]} "
+                            f"{ckpts[0]['model_args']['block_size']}: an ensemble's members read one block")
+    temperatures = [checkpoint_calibrated_temperature(c, dataset, device)[0] for c in ckpts]
+    print(f"the ensemble of {len(paths)}, each at its calibrated temperature: "
+          + ', '.join(f"{T:.4f}" for T in temperatures))
+    return ensemble_checkpoint([fold_temperature(c, T) for c, T in zip(ckpts, temperatures)])
 
 
 def record_calibrated_temperature(path, dataset, device):

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from auc import sight_auc, sight_auc_sd
-from calibration import checkpoint_calibrated_temperature
+from calibration import checkpoint_calibrated_temperature, load_generator
 from configurator import UserError, parse_checked, run_cli
 from data_loader import resolve_data_dir, train_words, unknown_word_rate
 from judge import reward_data_cmd, reward_model_cmd
@@ -203,12 +203,12 @@ def completion_figures(model, source, reference, temperature, A):
 def evaluate_point(path, temperature, A, data_dir, device, referee, known_words, reference, reference_features,
                    prompts, reward_model):
     """Every figure of one checkpoint sampled at one temperature."""
-    ckpt = load_checkpoint(path)
+    ckpt = load_generator(path, data_dir, device)
     model = GPT.from_checkpoint(ckpt, device=device)
     if model.config.block_size < reference.shape[1]:
         raise UserError(f"{path} has block size {model.config.block_size}, below the referee's {reference.shape[1]}")
     tok = TokenizationManager.from_info(ckpt['tokenization'])
-    figures = {'checkpoint': os.path.abspath(path), 'temperature': temperature, 'top_k': A.top_k,
+    figures = {'checkpoint': ','.join(os.path.abspath(p) for p in path.split(',')), 'temperature': temperature, 'top_k': A.top_k,
                'num_samples': len(reference), 'sample_length': reference.shape[1]}
     source = A.tilt and TiltSource(A.tilt, model, ckpt, temperature, device)
     if not A.no_ppl:
@@ -266,7 +266,8 @@ NUM_SAMPLES = 1000  # samples a point by default, where the val split holds twic
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('checkpoints', nargs='+')
+    p.add_argument('checkpoints', nargs='+', help="generator checkpoints, each a point; a.pt,b.pt: their ensemble, each "
+                   "at its calibrated temperature")
     p.add_argument('--dataset', required=True, help="folder with train.bin/val.bin (the checkpoints' data)")
     p.add_argument('--referee', required=True, help="the fixed generator checkpoint whose trunk serves MAUVE and "
                    "every fresh judge (a cycle: its base_model_v1.pt)")
@@ -325,7 +326,7 @@ def own_temperature(path, temperature, data_dir, device):
     """A point's sampling temperature: the number given, or 'calibrated', the checkpoint's own (calibration.py)."""
     if temperature != 'calibrated':
         return temperature
-    T = checkpoint_calibrated_temperature(load_checkpoint(path), data_dir, device)[0]
+    T = checkpoint_calibrated_temperature(load_generator(path, data_dir, device), data_dir, device)[0]
     print(f"{path}: its calibrated temperature, {T:.4f}")
     return T
 
@@ -336,7 +337,7 @@ def main(argv):
     data_dir = resolve_data_dir(A.dataset)
     referee_ckpt = load_checkpoint(A.referee)
     referee = GPT.from_checkpoint(referee_ckpt, mode='generator', device=device)
-    for path in A.checkpoints:
+    for path in (p for spec in A.checkpoints for p in spec.split(',')):
         TokenizationInfo.from_dict(referee_ckpt['tokenization']).check_compatible(
             TokenizationInfo.from_dict(load_checkpoint(path)['tokenization']), f'the referee {A.referee}', path)
     rm = GPT.from_checkpoint(A.reward_model, device=device) if A.reward_model else None

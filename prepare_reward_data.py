@@ -35,7 +35,8 @@ from tqdm import tqdm
 
 from configurator import UserError, parse_checked, run_cli
 from data_loader import file_sha256, generator_train_tokens, load_token_splits, progress_dir, replace_dir
-from model import GPT, load_checkpoint
+from calibration import load_generator
+from model import GPT
 from reward_data_config import RewardDataConfig, format_problems
 from runtime import setup_runtime
 from tokenization_manager import TokenizationInfo
@@ -58,7 +59,8 @@ RANGES = dict(train_split='(0, 1)', split_block='>= 0', samples_per_chunk='>= 1'
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     d = RewardDataConfig(model_path='')
-    p.add_argument('--model_path', required=True, help="base (generator) checkpoint")
+    p.add_argument('--model_path', required=True, help="base (generator) checkpoint; a.pt,b.pt: their ensemble, each "
+                   "at its calibrated temperature")
     p.add_argument('--input_mode', choices=['text', 'binary'], default=d.input_mode)
     p.add_argument('--data_path', help="raw text file (text mode)")
     p.add_argument('--train_bin', help="train.bin (binary mode)")
@@ -255,7 +257,7 @@ def main(argv):
         raise UserError(f"invalid configuration ({len(problems)} problem{'s' * (len(problems) > 1)}):\n"
                         + format_problems(problems))
     rt = setup_runtime(cfg.device, seed=cfg.seed)
-    ckpt = load_checkpoint(cfg.model_path)
+    ckpt = load_generator(cfg.model_path, None, rt.device)  # several, comma-separated: their calibrated ensemble
     model = GPT.from_checkpoint(ckpt, device=rt.device)
     N = cfg.block_size or model.config.block_size
     train, val, tok_info = load_token_splits(cfg.input_mode, cfg.data_path, cfg.train_bin, cfg.val_bin,
@@ -267,9 +269,9 @@ def main(argv):
     if rt.master:
         shutil.rmtree(tmp_dir, ignore_errors=True)  # a half-written split is never trusted (signed batches are)
         os.makedirs(tmp_dir)
-    model_sha256 = file_sha256(cfg.model_path)
-    meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size,
-                       meta_path=tok_info.meta_path, model_path=os.path.abspath(cfg.model_path),
+    model_sha256 = ','.join(file_sha256(p) for p in cfg.model_path.split(','))  # an ensemble's: each member's
+    meta_common = dict(tokenization_method=tok_info.method, vocab_size=tok_info.vocab_size, meta_path=tok_info.meta_path,
+                       model_path=','.join(os.path.abspath(p) for p in cfg.model_path.split(',')),
                        model_sha256=model_sha256,
                        temperature=cfg.temperature, top_k=cfg.top_k, samples_per_chunk=cfg.samples_per_chunk,
                        seed=cfg.seed, crossover_k=cfg.crossover_k or 'uniform', format_version=FORMAT_VERSION)

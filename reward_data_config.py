@@ -56,12 +56,12 @@ class RewardDataConfig:
         def bad(error, suggestion):
             problems.append((error, suggestion))
 
-        ckpt = None
-        if not self.model_path or not os.path.isfile(self.model_path):
-            bad(f"model file not found: {self.model_path}", "pass --model_path with a checkpoint written by train.py")
+        ckpt, missing = None, [p for p in (self.model_path or '').split(',') if not os.path.isfile(p)]
+        if missing:  # several, comma-separated: their ensemble (calibration.load_generator), read as the first
+            bad(f"model file not found: {missing[0]}", "pass --model_path with a checkpoint written by train.py")
         else:
             try:
-                ckpt = load_checkpoint(self.model_path)
+                ckpt = load_checkpoint(self.model_path.split(',')[0])
             except ValueError as e:
                 bad(str(e), "pass --model_path with a checkpoint written by train.py")
             if ckpt is not None and ckpt['model_args'].get('mode', 'generator') != 'generator':

@@ -2,7 +2,9 @@
 Sample text from a generator checkpoint, decoding with the checkpoint's own tokenization.
   python sample.py --ckpt_path=out-shakespeare-char/ckpt.pt --start="ROMEO:" --num_samples=3 --max_new_tokens=300
 --start may also be FILE:prompt.txt. --temperature=calibrated samples at the temperature the checkpoint's held-out
-selection tail reads best (train.py --select_tokens=N records it when it stops; calibration.py).
+selection tail reads best (train.py --select_tokens=N records it when it stops; calibration.py). Several checkpoints,
+comma-separated (--ckpt_path=a.pt,b.pt), sample as one generator: the mean of their next-token laws, each at its own
+calibrated temperature (model.Ensemble).
 
 With a judge, the generator tilted by it, pi·e^{judge_scale·f} (f: the judge's log-odds of natural text; worth.py),
 sampled without RL: each sample is one of `resample` candidates, kept by importance resampling (or, best_of=True,
@@ -14,14 +16,14 @@ A judge reads windows of its own block size: each candidate is scored on its las
 import numpy as np
 import torch
 
-from calibration import checkpoint_calibrated_temperature
+from calibration import checkpoint_calibrated_temperature, load_generator
 from configurator import UserError, config_defaults, configure, run_cli
-from model import GPT, load_checkpoint
+from model import GPT
 from runtime import resolve_device
 from tokenization_manager import TokenizationManager
 
 # -----------------------------------------------------------------------------
-ckpt_path = 'out-shakespeare-char/ckpt.pt'
+ckpt_path = 'out-shakespeare-char/ckpt.pt'  # several, comma-separated: their ensemble, each at its calibrated T
 start = '\n'  # or "FILE:prompt.txt"
 num_samples = 3
 max_new_tokens = 300
@@ -45,7 +47,7 @@ def main(argv):
     if (C.resample > 1) != bool(C.judge):
         raise UserError("--resample K > 1 draws K candidates for a --judge to choose among: pass both, K >= 2")
     dev = resolve_device(C.device)
-    ckpt = load_checkpoint(C.ckpt_path)
+    ckpt = load_generator(C.ckpt_path, None, dev)
     if ckpt['model_args'].get('mode') == 'reward':
         raise UserError(f"{C.ckpt_path} is a reward model; sample from a generator checkpoint")
     model = GPT.from_checkpoint(ckpt, device=dev)

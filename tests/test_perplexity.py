@@ -173,6 +173,46 @@ def test_a_trained_checkpoint_records_its_calibrated_temperature_and_sample_and_
     assert r.returncode == 2 and 'no selection tail' in r.stderr and not (tmp_path / 'no').exists()
 
 
+def test_comma_separated_checkpoints_are_one_generator_each_member_at_its_calibrated_temperature(
+        tail_base, char_data, bpe_ckpt, tmp_path):
+    """calibration.load_generator: sample.py --ckpt_path=a.pt,b.pt (and evaluate.py's a.pt,b.pt, prepare_reward_data.py
+    --model_path=a.pt,b.pt) read one model.Ensemble whose next-token law is the mean of its members' laws, each
+    member at its own calibrated temperature (known answer: the mean of the softmaxes of z_a / T_a and z_b / T_b).
+    A member of another tokenization, or a reward model, stops in one line."""
+    import json
+    import torch.nn.functional as F
+    from calibration import load_generator
+    from conftest import prepare_reward, run_script, train_tiny
+    from model import Ensemble, load_checkpoint
+    a = str(tail_base / 'base_model_v1.pt')
+    train_tiny(char_data, str(tmp_path / 'b'), '--max_iters=20', '--eval_interval=10', '--select_tokens=2000',
+               '--seed=7')
+    b = str(tmp_path / 'b' / 'ckpt.pt')
+    Ts = [load_checkpoint(p)['calibrated']['temperature'] for p in (a, b)]
+    ensemble = GPT.from_checkpoint(load_generator(f'{a},{b}', None, 'cpu'))
+    assert isinstance(ensemble, Ensemble) and Ts[0] != pytest.approx(Ts[1], abs=1e-3)
+    x = torch.from_numpy(np.fromfile(os.path.join(char_data, 'val.bin'), dtype=np.uint16)[:64].astype(np.int64))
+    x = x.view(2, 32)
+    mean = sum(F.softmax(GPT.from_checkpoint(p)(x, all_logits=True)[0] / T, -1) for p, T in zip((a, b), Ts)) / 2
+    torch.testing.assert_close(F.softmax(ensemble(x, all_logits=True)[0], -1), mean)
+    r = run_script('sample.py', f'--ckpt_path={a},{b}', '--num_samples=1', '--max_new_tokens=8', '--device=cpu')
+    assert r.returncode == 0 and f"each at its calibrated temperature: {Ts[0]:.4f}, {Ts[1]:.4f}" in r.stdout, r.stderr
+    out = tmp_path / 'eval.json'
+    r = run_script('evaluate.py', f'{a},{b}', '--dataset', char_data, '--referee', a, '--num_samples', '8',
+                   '--judge_seeds', '0', '--no_mauve', '--c2st_folds', '0', '--device', 'cpu', '--out', str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    point = json.loads(out.read_text())[0]
+    assert point['checkpoint'] == f'{os.path.abspath(a)},{os.path.abspath(b)}'
+    val = np.memmap(os.path.join(char_data, 'val.bin'), dtype=np.uint16, mode='r')
+    assert point['val_perplexity'] == pytest.approx(evaluate_perplexity(ensemble, val)[1], rel=1e-5)
+    prepare_reward(f'{a},{b}', tmp_path / 'rd', '--max_blocks', '4', data=char_data)
+    meta = (tmp_path / 'rd' / 'train_metadata.txt').read_text()
+    assert f'model_path: {os.path.abspath(a)},{os.path.abspath(b)}' in meta
+    for other, said in ((bpe_ckpt, 'tokenization mismatch'), (a.replace('base_model_v1', 'missing'), 'not found')):
+        r = run_script('sample.py', f'--ckpt_path={a},{other}', '--device=cpu')
+        assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_the_calibrated_base_is_the_base_at_its_tails_temperature(tail_base, char_data, tmp_path):
     """calibrate_base.py: the base with its tail-calibrated temperature folded into its weights (model.fold_temperature)
     scores every window as the base at that temperature, and its own calibrated temperature is 1; the run folder it
