@@ -174,11 +174,11 @@ def test_a_trained_checkpoint_records_its_calibrated_temperature_and_sample_and_
 
 
 def test_comma_separated_checkpoints_are_one_generator_each_member_at_its_calibrated_temperature(
-        tail_base, char_data, bpe_ckpt, tmp_path):
-    """calibration.load_generator: sample.py --ckpt_path=a.pt,b.pt (and evaluate.py's a.pt,b.pt, prepare_reward_data.py
-    --model_path=a.pt,b.pt) read one model.Ensemble whose next-token law is the mean of its members' laws, each
-    member at its own calibrated temperature (known answer: the mean of the softmaxes of z_a / T_a and z_b / T_b).
-    A member of another tokenization, or a reward model, stops in one line."""
+        tail_base, char_data, bpe_ckpt, judge_case, tmp_path):
+    """calibration.load_generator: sample.py --ckpt_path=a.pt,b.pt (its tilt by a --judge too; evaluate.py's a.pt,b.pt,
+    prepare_reward_data.py --model_path=a.pt,b.pt) read one model.Ensemble whose next-token law is the mean of its
+    members' laws, each at its own calibrated temperature (known answer: the mean of the softmaxes of z_a / T_a and
+    z_b / T_b). A member of another tokenization, or a missing one, stops in one line."""
     import json
     import torch.nn.functional as F
     from calibration import load_generator
@@ -197,6 +197,9 @@ def test_comma_separated_checkpoints_are_one_generator_each_member_at_its_calibr
     torch.testing.assert_close(F.softmax(ensemble(x, all_logits=True)[0], -1), mean)
     r = run_script('sample.py', f'--ckpt_path={a},{b}', '--num_samples=1', '--max_new_tokens=8', '--device=cpu')
     assert r.returncode == 0 and f"each at its calibrated temperature: {Ts[0]:.4f}, {Ts[1]:.4f}" in r.stdout, r.stderr
+    r = run_script('sample.py', f'--ckpt_path={a},{b}', f"--judge={judge_case / 'blind.pt'}", '--resample=2',
+                   '--num_samples=2', '--max_new_tokens=8', '--device=cpu')  # the ensemble's tilt
+    assert r.returncode == 0 and 'kept 1 of 2 candidates' in r.stdout, r.stderr[-2000:]
     out = tmp_path / 'eval.json'
     r = run_script('evaluate.py', f'{a},{b}', '--dataset', char_data, '--referee', a, '--num_samples', '8',
                    '--judge_seeds', '0', '--no_mauve', '--c2st_folds', '0', '--device', 'cpu', '--out', str(out))
