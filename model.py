@@ -975,4 +975,3 @@ def evaluate_perplexity(model, tokens, block_size=None, batch_size=32, device=No
     if per_window:
         return mean_ce, math.exp(mean_ce), [s / n for s, n in zip(window_sums, window_lengths)]
     return mean_ce, math.exp(mean_ce)
-
