@@ -19,6 +19,8 @@ from model import (GPT, LOGITS_BYTES, ensemble_checkpoint, fold_temperature, loa
                    update_checkpoint)
 from tokenization_manager import TokenizationInfo
 
+BRACKET = (0.5, 3.0)  # the temperatures a fit may return; one past them is read at the edge and said
+
 
 def calibrated_temperature(base, base_ckpt, dataset, device):
     """The temperature at which base reads the lowest cross-entropy on its held-out selection tail (fit_temperature,
@@ -29,10 +31,10 @@ def calibrated_temperature(base, base_ckpt, dataset, device):
         raise UserError("the generator holds out no selection tail, so it has no calibrated temperature (a fit on val "
                         "would be read on val): train it with train.py --select_tokens=N (run_cycles.py "
                         "--base_select_tokens=N), or give a temperature")
-    T, ce, ce_at_1, at_edge = fit_temperature(base, tail, device)
+    T, ce, ce_at_1, at_edge = fit_temperature(base, tail, device, *BRACKET)
     if at_edge:
         print(f"warning: the tail's best temperature lies at the search's bound, T = {T:.4g} (the fit is clamped to "
-              f"[0.5, 3]): the base is read there", file=sys.stderr)
+              f"[{BRACKET[0]}, {BRACKET[1]}]): the base is read there", file=sys.stderr)
     return T, math.exp(ce), math.exp(ce_at_1)
 
 

@@ -208,7 +208,8 @@ def evaluate_point(path, temperature, A, data_dir, device, referee, known_words,
     if model.config.block_size < reference.shape[1]:
         raise UserError(f"{path} has block size {model.config.block_size}, below the referee's {reference.shape[1]}")
     tok = TokenizationManager.from_info(ckpt['tokenization'])
-    figures = {'checkpoint': ','.join(os.path.abspath(p) for p in path.split(',')), 'temperature': temperature, 'top_k': A.top_k,
+    figures = {'checkpoint': ','.join(os.path.abspath(p) for p in path.split(',')), 'temperature': temperature,
+               'top_k': A.top_k,
                'num_samples': len(reference), 'sample_length': reference.shape[1]}
     source = A.tilt and TiltSource(A.tilt, model, ckpt, temperature, device)
     if not A.no_ppl:
@@ -266,8 +267,8 @@ NUM_SAMPLES = 1000  # samples a point by default, where the val split holds twic
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('checkpoints', nargs='+', help="generator checkpoints, each a point; a.pt,b.pt: their ensemble, each "
-                   "at its calibrated temperature")
+    p.add_argument('checkpoints', nargs='+', help="generator checkpoints, each a point; a.pt,b.pt: their ensemble, "
+                   "each at its calibrated temperature")
     p.add_argument('--dataset', required=True, help="folder with train.bin/val.bin (the checkpoints' data)")
     p.add_argument('--referee', required=True, help="the fixed generator checkpoint whose trunk serves MAUVE and "
                    "every fresh judge (a cycle: its base_model_v1.pt)")
